@@ -1,0 +1,12 @@
+"""The pure decision engine of contracts/decision.md. No Django, no clock, no I/O."""
+
+from .cluster import Cluster
+from .decide import Candidate, Decision, Victim, decide, decide_scenario
+from .model import Allocation, Node, Policy, Scenario, SessionType, Tenant, VCluster
+from .parse import InvalidDocument, parse_policy, parse_scenario, parse_time
+
+__all__ = [
+    "Allocation", "Candidate", "Cluster", "Decision", "InvalidDocument", "Node", "Policy",
+    "Scenario", "SessionType", "Tenant", "VCluster", "Victim", "decide", "decide_scenario",
+    "parse_policy", "parse_scenario", "parse_time",
+]
