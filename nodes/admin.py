@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from nodes.models import AgentToken, Node
+from scheduling.admin import AuditedAdmin
+
+
+@admin.register(Node)
+class NodeAdmin(AuditedAdmin):
+    list_display = ["name", "resource_group", "vcluster", "borrowed_by", "state", "gpu", "cpu",
+                    "memory", "last_heartbeat_at"]
+    list_filter = ["resource_group", "state", "vcluster", "borrowed_by"]
+    search_fields = ["name"]
+    list_select_related = ["resource_group", "vcluster", "borrowed_by"]
+
+
+@admin.register(AgentToken)
+class AgentTokenAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "node", "created_at", "revoked_at"]
+    list_filter = ["revoked_at"]
+    search_fields = ["node__name", "prefix"]
+    readonly_fields = ["prefix", "digest", "created_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # Tokens are issued by `manage.py agent_token` or the console, which show them once.
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser

@@ -1,0 +1,80 @@
+"""Compute nodes and the tokens their agents authenticate with."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+from django.db import models
+from django.db.models import Q
+
+
+class NodeState(models.TextChoices):
+    UNKNOWN = "unknown", "Unknown"
+    READY = "ready", "Ready"
+    DEGRADED = "degraded", "Degraded"
+    DOWN = "down", "Down"
+    DRAINING = "draining", "Draining"
+    DRAINED = "drained", "Drained"
+
+
+class Node(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    resource_group = models.ForeignKey("scheduling.ResourceGroup", on_delete=models.PROTECT,
+                                       related_name="nodes")
+    vcluster = models.ForeignKey("scheduling.VCluster", on_delete=models.PROTECT, null=True, blank=True,
+                                 related_name="home_nodes", help_text="Home vCluster.")
+    borrowed_by = models.ForeignKey("scheduling.VCluster", on_delete=models.SET_NULL, null=True, blank=True,
+                                    related_name="borrowed_nodes")
+    gpu = models.PositiveIntegerField(default=0)
+    cpu = models.PositiveIntegerField(default=0)
+    memory = models.PositiveIntegerField(default=0, help_text="GiB")
+    labels = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=10, choices=NodeState.choices, default=NodeState.UNKNOWN,
+                             db_index=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    last_seq = models.BigIntegerField(default=0)
+    agent_version = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["resource_group", "state"], name="node_rg_state_idx")]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=NodeState.values), name="node_state_valid"),
+            models.CheckConstraint(condition=~Q(borrowed_by=models.F("vcluster")), name="node_not_borrowed_by_home"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def capacity(self) -> dict[str, float]:
+        return {r: float(getattr(self, r)) for r in ("gpu", "cpu", "memory") if getattr(self, r)}
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class AgentToken(models.Model):
+    """A node agent's bearer token; stored only as a hash, shown once when issued."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="tokens")
+    prefix = models.CharField(max_length=12, db_index=True)
+    digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… for {self.node}"
+
+    @staticmethod
+    def generate() -> str:
+        return "lat_" + secrets.token_urlsafe(32)
+
+    def matches(self, token: str) -> bool:
+        return hmac.compare_digest(self.digest, hash_token(token))

@@ -1,0 +1,1 @@
+"""Actions: every state change goes through a function here (keyword-only, audited)."""

@@ -1,0 +1,162 @@
+"""manage.py seed_demo: a believable demo cluster. Safe to run again (idempotent)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.core.management.base import BaseCommand
+from django.db import transaction
+from django.utils import timezone
+
+from nodes.models import Node, NodeState
+from scheduling.api.permissions import OPERATORS_GROUP
+from scheduling.models import (
+    Allocation,
+    AllocationEvent,
+    Membership,
+    Placement,
+    Quota,
+    ResourceGroup,
+    SessionType,
+    Tenant,
+    VCluster,
+)
+from scheduling.states import State
+
+# Demo-only credentials; the README says so too.
+OPERATOR = ("operator", "lattice-operator")
+MEMBERS = {"physics": "alice", "chemistry": "bob", "biology": "carol"}
+MEMBER_PASSWORD = "lattice-demo"
+
+GROUPS: list[dict[str, Any]] = [
+    {
+        "name": "gpu-main",
+        "description": "H100 training and batch cluster; checkpoint-aware classes.",
+        "policy": {"kind": "class_cost", "max_victims": 3, "mode": "suspend"},
+        "vclusters": [
+            ("hpc", "hpc_batch", 16, "gm"),
+            ("ml", "ml_training", 12, "gm"),
+            ("svc", "service", 4, "gm"),
+        ],
+    },
+    {
+        "name": "shared-east",
+        "description": "Shared interactive and sensitive cluster; Symphony-style session ranks.",
+        "policy": {"kind": "rank", "max_victims": None, "mode": "suspend"},
+        "vclusters": [
+            ("east", "hpc_batch", 8, "se"),
+            ("lab", "interactive", 8, "se"),
+            ("secure", "sensitive", 4, "se"),
+        ],
+    },
+]
+
+SESSION_TYPES = [
+    # name, priority, preemptive, preemptable, preempts, rank, scope, default class
+    ("scavenger", 10, False, True, [], 5, "lower", 0),
+    ("batch", 30, False, False, [], 50, "lower", 3),
+    ("production", 60, True, False, [{"queue": "scavenger", "pref": 2}, "batch"], 100, "lower", 6),
+    ("critical", 90, True, False, [], 1000, "lower", 9),
+]
+
+TENANTS = {
+    "physics": {"fair_share": 0.40, "burst_allowance": 1.5, "max_nodes": 24, "max_gpus": 192},
+    "chemistry": {"fair_share": 0.35, "burst_allowance": 1.2, "max_nodes": 16, "max_gpus": 128},
+    "biology": {"fair_share": 0.25, "burst_allowance": None, "max_nodes": 12, "max_gpus": 96},
+}
+
+
+class Command(BaseCommand):
+    help = "Create (or complete) the demo cluster: resource groups, vClusters, nodes, tenants, users."
+
+    @transaction.atomic
+    def handle(self, *args: Any, **options: Any) -> None:
+        User = get_user_model()
+        operators, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
+        operators.permissions.set(Permission.objects.filter(content_type__app_label__in=["scheduling", "nodes"]))
+        op, created = User.objects.get_or_create(username=OPERATOR[0], defaults={"is_staff": True})
+        if created:
+            op.set_password(OPERATOR[1])
+            op.save()
+        op.groups.add(operators)
+
+        for spec in GROUPS:
+            rg, _ = ResourceGroup.objects.get_or_create(
+                name=spec["name"], defaults={"description": spec["description"], "policy": spec["policy"]})
+            for name, priority, preemptive, preemptable, preempts, rank, scope, dclass in SESSION_TYPES:
+                SessionType.objects.get_or_create(
+                    resource_group=rg, name=name,
+                    defaults={"priority": priority, "preemptive": preemptive, "preemptable": preemptable,
+                              "preempts": preempts, "rank": rank, "scope": scope, "default_class": dclass})
+            for vname, vtype, count, prefix in spec["vclusters"]:
+                vc, _ = VCluster.objects.get_or_create(
+                    resource_group=rg, name=vname,
+                    defaults={"type": vtype, "allow_lending": vtype not in ("sensitive", "service"),
+                              "max_borrow_pct": 0.25})
+                for i in range(1, count + 1):
+                    Node.objects.get_or_create(
+                        name=f"{prefix}-{vname}-{i:02d}",
+                        defaults={"resource_group": rg, "vcluster": vc, "gpu": 8, "cpu": 96, "memory": 1024,
+                                  "labels": {"switch": f"{prefix}-s{(i - 1) // 4 + 1}", "gpu_model": "h100"},
+                                  "state": NodeState.READY})
+
+        for tname, q in TENANTS.items():
+            tenant, _ = Tenant.objects.get_or_create(name=tname, defaults={"display_name": tname.title()})
+            Quota.objects.get_or_create(tenant=tenant, defaults={
+                "fair_share": q["fair_share"], "burst_allowance": q["burst_allowance"],
+                "max_nodes": q["max_nodes"], "max_gpus": q["max_gpus"], "max_concurrent_allocations": 40,
+                "max_preemption_class": 9, "max_priority": 90})
+            user, created = User.objects.get_or_create(username=MEMBERS[tname])
+            if created:
+                user.set_password(MEMBER_PASSWORD)
+                user.save()
+            Membership.objects.get_or_create(user=user, tenant=tenant, defaults={"role": "admin"})
+
+        self._seed_work()
+        self.stdout.write(self.style.SUCCESS(
+            f"Demo ready: {ResourceGroup.objects.count()} resource groups, {Node.objects.count()} nodes, "
+            f"{Tenant.objects.count()} tenants."))
+        self.stdout.write(f"  operator login: {OPERATOR[0]} / {OPERATOR[1]}   (demo only)")
+        for tname, uname in MEMBERS.items():
+            self.stdout.write(f"  {tname} member:  {uname} / {MEMBER_PASSWORD}   (demo only)")
+
+    def _seed_work(self) -> None:
+        """A few running allocations so the demo has something to preempt."""
+        if Allocation.objects.exists():
+            return
+        now = timezone.now()
+        rg = ResourceGroup.objects.get(name="gpu-main")
+        hpc = VCluster.objects.get(resource_group=rg, name="hpc")
+        ml = VCluster.objects.get(resource_group=rg, name="ml")
+        batch = SessionType.objects.get(resource_group=rg, name="batch")
+        scav = SessionType.objects.get(resource_group=rg, name="scavenger")
+        plan = [
+            # tenant, vcluster, nodes, class, checkpoint, session, hours ago, walltime h
+            ("physics", hpc, ["gm-hpc-01", "gm-hpc-02"], 2, "auto", batch, 5, 24),
+            ("physics", hpc, ["gm-hpc-03"], 4, "manual", batch, 2, 12),
+            ("chemistry", hpc, ["gm-hpc-05", "gm-hpc-06", "gm-hpc-07", "gm-hpc-08"], 3, "auto", batch, 8, 48),
+            ("chemistry", ml, ["gm-ml-01"], 1, "none", scav, 1, None),
+            ("biology", ml, ["gm-ml-02", "gm-ml-03"], 5, "auto", batch, 3, 10),
+            ("biology", hpc, ["gm-hpc-09"], 0, "auto", scav, 0.5, 4),
+        ]
+        for tname, vc, node_names, klass, ckpt, st, ago, wall in plan:
+            tenant = Tenant.objects.get(name=tname)
+            user = Membership.objects.filter(tenant=tenant).first().user  # type: ignore[union-attr]
+            started = now - timedelta(hours=ago)
+            alloc = Allocation.objects.create(
+                resource_group=rg, tenant=tenant, user=user, vcluster=vc, session_type=st,
+                name=f"{tname}-{st.name}-{klass}", preemption_class=klass, checkpoint=ckpt,
+                submitted_at=started - timedelta(minutes=3), started_at=started, state=State.RUNNING,
+                state_changed_at=started, node_count=len(node_names), per_node_gpu=8, per_node_cpu=64,
+                per_node_memory=512, walltime_minutes=wall * 60 if wall else None,
+                command=["python", "-c", "import time; time.sleep(3600)"])
+            for nname in node_names:
+                Placement.objects.create(allocation=alloc, node=Node.objects.get(name=nname),
+                                         gpu=8, cpu=64, memory=512)
+            AllocationEvent.objects.create(allocation=alloc, from_state="", to_state=State.PENDING,
+                                           reason="seeded")
+            AllocationEvent.objects.create(allocation=alloc, from_state=State.PENDING,
+                                           to_state=State.RUNNING, reason="seeded")

@@ -1,0 +1,167 @@
+"""Allocations (the decision contract's fields plus how to run them), placements, events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from scheduling.states import State
+
+RESOURCES = ("gpu", "cpu", "memory")
+
+
+class Checkpoint(models.TextChoices):
+    AUTO = "auto", "Automatic"
+    MANUAL = "manual", "Application-managed"
+    NONE = "none", "None"
+
+
+class RequeuePolicy(models.TextChoices):
+    NEVER = "never", "Never"
+    ON_NODE_FAILURE = "on_node_failure", "On node failure"
+    ALWAYS = "always", "Always"
+
+
+class Allocation(models.Model):
+    resource_group = models.ForeignKey("scheduling.ResourceGroup", on_delete=models.PROTECT,
+                                       related_name="allocations")
+    tenant = models.ForeignKey("scheduling.Tenant", on_delete=models.PROTECT, related_name="allocations")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="allocations")
+    vcluster = models.ForeignKey("scheduling.VCluster", on_delete=models.PROTECT, null=True, blank=True,
+                                 related_name="allocations")
+    session_type = models.ForeignKey("scheduling.SessionType", on_delete=models.PROTECT, null=True,
+                                     blank=True, related_name="allocations")
+    name = models.CharField(max_length=128, blank=True)
+
+    # -- the decision contract's fields
+    preemption_class = models.PositiveSmallIntegerField(default=0)
+    priority = models.PositiveSmallIntegerField(default=10)
+    checkpoint = models.CharField(max_length=8, choices=Checkpoint.choices, default=Checkpoint.NONE)
+    checkpoint_minutes = models.FloatField(default=5)
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    submitted_at = models.DateTimeField(db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    walltime_minutes = models.FloatField(null=True, blank=True)
+    sensitive = models.BooleanField(default=False)
+    preemptible = models.BooleanField(default=True)
+    exclusive = models.BooleanField(default=False)
+    forced = models.BooleanField(default=False)
+    backfill = models.BooleanField(default=False)
+    protected_until = models.DateTimeField(null=True, blank=True)
+    preempted_count = models.PositiveIntegerField(default=0)
+    node_count = models.PositiveIntegerField(default=1)
+    per_node_gpu = models.PositiveIntegerField(default=0)
+    per_node_cpu = models.PositiveIntegerField(default=0)
+    per_node_memory = models.PositiveIntegerField(default=0, help_text="GiB")
+    constraints = models.JSONField(default=dict, blank=True,
+                                   help_text='{"labels": {"k": "v"}, "same": "switch"}')
+    value = models.FloatField(null=True, blank=True)
+    preemptive = models.BooleanField(default=True)
+
+    # -- how it runs
+    command = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    requeue_policy = models.CharField(max_length=16, choices=RequeuePolicy.choices,
+                                      default=RequeuePolicy.ON_NODE_FAILURE)
+    max_requeue = models.PositiveIntegerField(default=3)
+    requeue_count = models.PositiveIntegerField(default=0)
+    resume_from_checkpoint = models.BooleanField(default=False)
+    checkpoint_location = models.CharField(max_length=512, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+
+    # -- lifecycle
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING, db_index=True)
+    state_changed_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True,
+                                       help_text="Checkpoint or grace deadline of a leaving victim.")
+    deadline_extended = models.BooleanField(default=False)
+    deferred_seconds = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["resource_group", "state", "submitted_at"], name="alloc_queue_idx"),
+            models.Index(fields=["tenant", "state"], name="alloc_tenant_state_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(preemption_class__lte=10), name="alloc_class_range"),
+            models.CheckConstraint(condition=Q(priority__lte=100), name="alloc_priority_range"),
+            models.CheckConstraint(condition=Q(node_count__gte=1), name="alloc_node_count_positive"),
+            models.CheckConstraint(condition=Q(checkpoint_minutes__gte=0), name="alloc_checkpoint_minutes_nonneg"),
+            models.CheckConstraint(condition=Q(walltime_minutes__isnull=True) | Q(walltime_minutes__gt=0),
+                                   name="alloc_walltime_positive"),
+            models.CheckConstraint(condition=Q(value__isnull=True) | Q(value__gte=0), name="alloc_value_nonneg"),
+            models.CheckConstraint(condition=Q(state__in=State.values), name="alloc_state_valid"),
+            models.CheckConstraint(condition=Q(checkpoint__in=Checkpoint.values), name="alloc_checkpoint_valid"),
+            models.CheckConstraint(condition=Q(requeue_policy__in=RequeuePolicy.values),
+                                   name="alloc_requeue_policy_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name or ''}".strip()
+
+    @property
+    def per_node(self) -> dict[str, float]:
+        return {r: float(getattr(self, f"per_node_{r}")) for r in RESOURCES if getattr(self, f"per_node_{r}")}
+
+    @property
+    def is_sensitive(self) -> bool:
+        return self.sensitive or self.preemption_class == 10
+
+    def contract_constraints(self) -> dict[str, Any]:
+        return dict(self.constraints or {})
+
+
+class PlacementKind(models.TextChoices):
+    ASSIGNED = "assigned", "Assigned"
+    HELD = "held", "Held while victims leave"
+
+
+class Placement(models.Model):
+    """Resources an allocation holds on one node, or a node held for a waiting preemptor."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="placements")
+    node = models.ForeignKey("nodes.Node", on_delete=models.PROTECT, related_name="placements")
+    kind = models.CharField(max_length=8, choices=PlacementKind.choices, default=PlacementKind.ASSIGNED)
+    gpu = models.PositiveIntegerField(default=0)
+    cpu = models.PositiveIntegerField(default=0)
+    memory = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["allocation", "node"], name="placement_unique"),
+            models.CheckConstraint(condition=Q(kind__in=PlacementKind.values), name="placement_kind_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.allocation_id}@{self.node_id}"
+
+    @property
+    def resources(self) -> dict[str, float]:
+        return {r: float(getattr(self, r)) for r in RESOURCES if getattr(self, r)}
+
+
+class AllocationEvent(models.Model):
+    """One accepted state change (or an audited override), written with the change."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="events")
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16)
+    reason = models.CharField(max_length=255, blank=True)
+    decision = models.ForeignKey("scheduling.PreemptionDecision", on_delete=models.SET_NULL, null=True,
+                                 blank=True, related_name="events")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                              related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["allocation", "created_at"], name="event_alloc_time_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.allocation_id}: {self.from_state or '-'} -> {self.to_state}"

@@ -1,0 +1,72 @@
+"""Append-only records: every preemption decision and every policy change."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Execution(models.TextChoices):
+    EXECUTED = "executed", "Executed"
+    SHADOW = "shadow", "Shadow (recorded only)"
+    ABORTED = "aborted", "Aborted"
+    RECORDED = "recorded", "Recorded (nothing to execute)"
+
+
+class PreemptionDecision(models.Model):
+    """What the engine decided for one request, with every candidate and why."""
+
+    resource_group = models.ForeignKey("scheduling.ResourceGroup", on_delete=models.PROTECT,
+                                       related_name="decisions")
+    preemptor = models.ForeignKey("scheduling.Allocation", on_delete=models.SET_NULL, null=True,
+                                  blank=True, related_name="decisions")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    decided_for = models.DateTimeField(help_text="The 'now' the engine was given.")
+    result = models.CharField(max_length=8, help_text="fits, preempt or wait")
+    code = models.CharField(max_length=32)
+    trigger = models.CharField(max_length=16, blank=True)
+    nodes = models.JSONField(default=list)
+    borrowed = models.JSONField(default=list)
+    victims = models.JSONField(default=list)
+    candidates = models.JSONField(default=list)
+    explanation = models.TextField()
+    policy_snapshot = models.JSONField(default=dict)
+    outcome = models.CharField(max_length=10, choices=Execution.choices, default=Execution.RECORDED)
+    latency_ms = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["resource_group", "-created_at"], name="decision_rg_time_idx"),
+            models.Index(fields=["preemptor", "-created_at"], name="decision_preemptor_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"decision {self.pk}: {self.result} {self.code}"
+
+
+class PolicyChange(models.Model):
+    """Every operator edit or override: who, when, before, after, why. Append-only."""
+
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                              related_name="policy_changes")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    action = models.CharField(max_length=32, help_text="create, edit, delete, protect, force_preempt, pause, resume, drain, undrain")
+    target_type = models.CharField(max_length=64)
+    target_id = models.CharField(max_length=64)
+    target_repr = models.CharField(max_length=255)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["target_type", "target_id"], name="policychange_target_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.target_type} {self.target_repr}"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if self.pk is not None:
+            raise ValueError("policy changes are append-only")
+        super().save(*args, **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,25 @@
+"""Pages. Views are thin: they read through selectors and change through actions."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+
+from scheduling.api.permissions import is_operator
+from scheduling.models import Allocation, ResourceGroup
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    groups = ResourceGroup.objects.all()
+    mine = Allocation.objects.filter(tenant__memberships__user=request.user).count()
+    return render(request, "home.html", {"groups": groups, "operator": is_operator(request.user),
+                                         "my_allocations": mine})
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return JsonResponse({"status": "ok"})

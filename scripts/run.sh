@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Serve Lattice. Embedded default: one process (SQLite, in-process channel layer,
+# tasks in the web process). With DATABASE_URL and REDIS_URL: Daphne plus a
+# Celery worker and beat, all stopped together on Ctrl-C.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+HOST=${LATTICE_HOST:-127.0.0.1}
+PORT=${LATTICE_PORT:-8000}
+
+echo
+echo "Lattice on http://$HOST:$PORT/  (operator / lattice-operator, demo only)"
+echo
+
+if [[ -n "${DATABASE_URL:-}" && -n "${REDIS_URL:-}" ]]; then
+  pids=()
+  cleanup() { trap - INT TERM EXIT; kill "${pids[@]}" 2>/dev/null || true; wait || true; }
+  trap cleanup INT TERM EXIT
+  "$BIN/daphne" -b "$HOST" -p "$PORT" lattice_site.asgi:application & pids+=($!)
+  "$BIN/celery" -A lattice_site worker --loglevel=INFO --concurrency=2 & pids+=($!)
+  "$BIN/celery" -A lattice_site beat --loglevel=INFO --schedule var/celerybeat-schedule & pids+=($!)
+  wait -n
+else
+  exec "$BIN/python" manage.py runserver --noreload "$HOST:$PORT"
+fi
