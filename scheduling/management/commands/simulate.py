@@ -10,7 +10,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from scheduling.engine import InvalidDocument, decide_scenario, parse_scenario
 
-
 SCENARIO_FILE_KEYS = {"id", "rules", "why", "input", "expect", "reference_output"}
 
 

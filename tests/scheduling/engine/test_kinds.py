@@ -6,7 +6,6 @@ import pytest
 
 from .helpers import codes, decide, doc, node, run, victims
 
-
 # -- class_cost ---------------------------------------------------------------------
 
 def _cost_of(alloc: dict, tenants: list | None = None, extra_running: list | None = None) -> float:
