@@ -25,16 +25,15 @@ from scheduling.models import (
 )
 
 
+class AuditedModelForm(forms.ModelForm):
+    change_reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
+                                    help_text="Why this change; kept in the audit log.")
+
+
 class AuditedAdmin(admin.ModelAdmin):
     """Writes a PolicyChange (who, when, before, after, why) for each add, edit, delete."""
 
-    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
-        form = super().get_form(request, obj, change=change, **kwargs)
-        if "change_reason" not in form.base_fields:
-            form.base_fields["change_reason"] = forms.CharField(
-                required=False, widget=forms.Textarea(attrs={"rows": 2}),
-                help_text="Why this change; kept in the audit log.")
-        return form
+    form = AuditedModelForm
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
@@ -57,7 +56,7 @@ class AuditedAdmin(admin.ModelAdmin):
         super().delete_model(request, obj)
 
 
-class ResourceGroupForm(PolicyFieldsMixin, forms.ModelForm):
+class ResourceGroupForm(PolicyFieldsMixin, AuditedModelForm):
     class Meta:
         model = ResourceGroup
         fields = ["name", "description", "paused", "shadow"]
@@ -91,7 +90,8 @@ class ResourceGroupAdmin(AuditedAdmin):
         ]
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
-        kwargs["fields"] = None
+        # The policy fields are added per instance in the form's __init__.
+        kwargs["fields"] = ["name", "description", "paused", "shadow", "change_reason"]
         return super().get_form(request, obj, change=change, **kwargs)
 
 

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 hypothesis_settings.register_profile("ci", max_examples=500, deadline=None)
 hypothesis_settings.register_profile("dev", max_examples=100, deadline=None)
+hypothesis_settings.register_profile("soak", max_examples=2000, deadline=None)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if CI else "dev"))
 
 

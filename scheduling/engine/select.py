@@ -254,10 +254,13 @@ def _pick_nodes(view: RequestView, names: list[str], per_node: dict[str, list[Al
         if view.kind[step[1]] == LENDABLE:
             left[view.lender_of[step[1]]] -= 1
         gone.extend(step[2])
+    # Give back, most important first, every victim no longer needed. Fit is checked on
+    # any placement, not only the nodes picked: a gang victim may have freed others, and
+    # the result must stay minimal (section 4.5). The reported nodes are placed afresh.
     victims = list(gone)
     for a in sorted(gone, key=lambda x: _importance(x, now, newest)):
         trial = [x for x in victims if x is not a]
-        if all(view.kind[n] == LENDABLE or view.qualifies(n, trial) for n in chosen):
+        if trial and view.feasible(trial):
             victims = trial
     return chosen, victims
 

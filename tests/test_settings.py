@@ -1,0 +1,45 @@
+"""Settings fail fast on a bad value; production settings pass check --deploy."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+PROD = {"DJANGO_SETTINGS_MODULE": "lattice_site.settings.production",
+        "SECRET_KEY": "k" * 20 + "Zq8#xY2!mN4@pL6$vB0^cR3&tW5*uE7(", "ALLOWED_HOSTS": "lattice.example.org"}
+
+
+def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    full["LATTICE_VAR_DIR"] = str(ROOT / "var" / "test-settings")
+    full.update(env)
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=full, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_production_settings_pass_check_deploy():
+    result = _manage("check", "--deploy", "--fail-level", "WARNING", **PROD)
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "no issues" in result.stdout
+
+
+def test_production_requires_secret_key():
+    env = dict(PROD, SECRET_KEY="")
+    result = _manage("check", **env)
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set" in result.stderr
+
+
+def test_bad_boolean_fails_fast_naming_the_variable():
+    result = _manage("check", DEBUG="maybe")
+    assert result.returncode != 0
+    assert "DEBUG='maybe' is not a boolean" in result.stderr
+
+
+def test_bad_database_url_fails_fast():
+    result = _manage("check", DATABASE_URL="nosuchdb://x")
+    assert result.returncode != 0
+    assert "DATABASE_URL" in result.stderr
