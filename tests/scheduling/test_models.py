@@ -26,7 +26,7 @@ def _refused(make) -> None:
         ("checkpoint_minutes", -1, 0),
         ("value", -1, 0),
         ("state", "sleeping", "running"),
-        ("checkpoint", "sometimes", "manual"),
+        ("checkpoint", "often", "manual"),
         ("requeue_policy", "maybe", "always"),
         ("per_node_gpu", -1, 0),
     ],
