@@ -1,17 +1,35 @@
 """The indexed snapshot of one resource group that ``decide()`` reads.
 
-Built once from the rows (or a document) and then kept current with
-``add``/``remove`` as decisions are applied, so a scheduler pass never rebuilds
-it per request. Every index here is updated in O(size of the allocation).
+Built once from the rows (or a document), then kept current with ``add`` and
+``remove`` as decisions are applied: an update touches only the allocation's own
+slot, its placement entries and a few per-node and per-tenant sums, so a pass
+never rebuilds it per request.
+
+Columns are numpy arrays so that one decision judges every allocation and every
+node with a handful of array operations instead of Python loops. Orderings that
+depend only on the snapshot (ids, walk orders) are cached per ``version``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from .model import DEFAULT_SESSION_TYPE, Allocation, Node, SessionType, Tenant, VCluster
 
 EPS = 1e-9
+FArr = npt.NDArray[np.float64]
+IArr = npt.NDArray[np.int64]
+BArr = npt.NDArray[np.bool_]
+
+CHECKPOINT_CODE = {"auto": 0, "manual": 1, "none": 2}
+JOBTYPE_BIT = {"exclusive": 1, "forced": 2, "backfill": 4}
+NO_VC = -1
+MIXED = -2
 
 
 class Cluster:
@@ -25,65 +43,309 @@ class Cluster:
         *,
         use_vclusters: bool = True,
     ) -> None:
-        self.nodes: dict[str, Node] = {}
-        self.used: dict[str, dict[str, float]] = {}
-        self.on_node: dict[str, dict[str, None]] = {}
-        self.total: dict[str, float] = {}
-        self.vc_nodes: dict[str | None, list[str]] = {}
-        self.vc_lent: dict[str, int] = {}
-        self.borrowed_by_vc: dict[str, list[str]] = {}
-        for node in sorted(nodes, key=lambda n: n.name):
-            self._add_node(node)
-        self.tenants: dict[str, Tenant] = {t.name: t for t in tenants}
-        self.vclusters: dict[str, VCluster] = {v.name: v for v in vclusters}
-        self.session_types: dict[str, SessionType] = {s.name: s for s in session_types}
+        running = list(running)
+        node_list = sorted(nodes, key=lambda n: n.name)
+        self.nodes: dict[str, Node] = {n.name: n for n in node_list}
+        self.node_names: list[str] = [n.name for n in node_list]
+        self.node_index: dict[str, int] = {name: i for i, name in enumerate(self.node_names)}
+        res: set[str] = {"gpu"}
+        for n in node_list:
+            res.update(n.capacity)
+        for a in running:
+            for held in a.placement.values():
+                res.update(held)
+        self.res_names: list[str] = sorted(res)
+        self.res_index: dict[str, int] = {r: i for i, r in enumerate(self.res_names)}
+        n_nodes, n_res = len(node_list), len(self.res_names)
+        self.cap: FArr = np.zeros((n_nodes, n_res))
+        for i, n in enumerate(node_list):
+            for r, amount in n.capacity.items():
+                self.cap[i, self.res_index[r]] = amount
+        self.used: FArr = np.zeros((n_nodes, n_res))
+        self.count: IArr = np.zeros(n_nodes, dtype=np.int64)
+        self.ready: BArr = np.array([n.state == "ready" for n in node_list], dtype=bool)
+        self.total: FArr = self.cap.sum(axis=0) if n_nodes else np.zeros(n_res)
+
         self.use_vclusters = use_vclusters
-        self.allocs: dict[str, Allocation] = {}
-        self.tenant_used: dict[str | None, dict[str, float]] = {}
-        for alloc in running:
-            self.add(alloc)
+        vcs = list(vclusters) if use_vclusters else []
+        self.vclusters: dict[str, VCluster] = {v.name: v for v in vcs}
+        self.vc_names: list[str] = [v.name for v in vcs]
+        self.vc_index: dict[str, int] = {v.name: i for i, v in enumerate(vcs)}
+        self.vc_type: list[str] = [v.type for v in vcs]
+        self.vc_sensitive: BArr = np.array([v.type == "sensitive" for v in vcs] + [False], dtype=bool)
+        self.vc_service: BArr = np.array([v.type == "service" for v in vcs] + [False], dtype=bool)
+        self.node_vc: IArr = np.array([self._vc(n.vcluster) for n in node_list], dtype=np.int64)
+        self.node_bb: IArr = np.array([self._vc(n.borrowed_by) for n in node_list], dtype=np.int64)
+        self.vc_home_count: IArr = np.bincount(self.node_vc[self.node_vc >= 0], minlength=len(vcs))
+        lent = (self.node_vc >= 0) & (self.node_bb >= 0)
+        self.vc_lent: IArr = np.bincount(self.node_vc[lent], minlength=len(vcs))
 
-    # -- nodes -------------------------------------------------------------
-    def _add_node(self, node: Node) -> None:
-        self.nodes[node.name] = node
-        self.used[node.name] = {}
-        self.on_node[node.name] = {}
-        for res, amount in node.capacity.items():
-            self.total[res] = self.total.get(res, 0.0) + amount
-        self.vc_nodes.setdefault(node.vcluster, []).append(node.name)
-        if node.borrowed_by is not None:
-            if node.vcluster is not None:
-                self.vc_lent[node.vcluster] = self.vc_lent.get(node.vcluster, 0) + 1
-            self.borrowed_by_vc.setdefault(node.borrowed_by, []).append(node.name)
+        self.tenants: dict[str, Tenant] = {t.name: t for t in tenants}
+        self.tenant_index: dict[str | None, int] = {}
+        self.t_fair: FArr = np.zeros(0)
+        self.t_burst: BArr = np.zeros(0, dtype=bool)
+        self.t_used: FArr = np.zeros((0, n_res))
+        for t in self.tenants.values():
+            self._tenant(t.name)
 
-    # -- allocations -------------------------------------------------------
+        sts = list(session_types)
+        self.session_types: dict[str, SessionType] = {s.name: s for s in sts}
+        self.st_index: dict[str, int] = {s.name: i for i, s in enumerate(sts)}
+        all_st = [*sts, DEFAULT_SESSION_TYPE]
+        self.st_default = len(sts)
+        self.st_prio: IArr = np.array([s.priority for s in all_st], dtype=np.int64)
+        self.st_rank: IArr = np.array([s.rank for s in all_st], dtype=np.int64)
+        self.st_preemptable: BArr = np.array([s.preemptable for s in all_st], dtype=bool)
+
+        self.user_index: dict[str | None, int] = {}
+        self._init_slots(max(16, len(running)), n_res)
+        self._init_entries(max(16, sum(len(a.placement) for a in running)), n_res)
+        self.version = 0
+        self._cache: dict[Any, Any] = {}
+        for a in running:
+            self.add(a)
+
+    # -- indexes -----------------------------------------------------------------
+    def _vc(self, name: str | None) -> int:
+        if name is None:
+            return NO_VC
+        return self.vc_index.get(name, NO_VC)
+
+    def _tenant(self, name: str | None) -> int:
+        idx = self.tenant_index.get(name)
+        if idx is None:
+            idx = len(self.tenant_index)
+            self.tenant_index[name] = idx
+            t = self.tenants.get(name) if name is not None else None
+            self.t_fair = np.append(self.t_fair, t.fair_share if t else 0.0)
+            self.t_burst = np.append(self.t_burst, t is not None and t.burst_allowance is not None)
+            self.t_used = np.vstack([self.t_used, np.zeros((1, len(self.res_names)))])
+        return idx
+
+    def _user(self, name: str | None) -> int:
+        return self.user_index.setdefault(name, len(self.user_index))
+
+    def _init_slots(self, size: int, n_res: int) -> None:
+        self.objs: list[Allocation | None] = [None] * size
+        self.slot_of: dict[str, int] = {}
+        self._free_slots: list[int] = []
+        self._next_slot = 0
+        self.alive = np.zeros(size, dtype=bool)
+        self.a_ids = np.zeros(size, dtype="U128")
+        self.a_class = np.zeros(size, dtype=np.int64)
+        self.a_prio = np.zeros(size, dtype=np.int64)
+        self.a_running = np.zeros(size, dtype=bool)
+        self.a_start = np.full(size, np.nan)
+        self.a_wall = np.full(size, np.nan)
+        self.a_ckpt = np.zeros(size, dtype=np.int64)
+        self.a_ckpt_min = np.zeros(size)
+        self.a_last_ckpt = np.full(size, np.nan)
+        self.a_sens = np.zeros(size, dtype=bool)
+        self.a_prot = np.full(size, -np.inf)
+        self.a_preemptible = np.zeros(size, dtype=bool)
+        self.a_jobtypes = np.zeros(size, dtype=np.int64)
+        self.a_pcount = np.zeros(size, dtype=np.int64)
+        self.a_tenant = np.zeros(size, dtype=np.int64)
+        self.a_user = np.zeros(size, dtype=np.int64)
+        self.a_vc = np.full(size, NO_VC, dtype=np.int64)
+        self.a_st = np.zeros(size, dtype=np.int64)
+        self.a_held = np.zeros((size, n_res))
+        self.a_nnodes = np.zeros(size, dtype=np.int64)
+        self.a_first_gpu = np.zeros(size)
+        self.a_on_borrowed = np.zeros(size, dtype=bool)
+        self.a_borrow_home = np.full(size, NO_VC, dtype=np.int64)
+        self.a_entries: dict[int, list[int]] = {}
+
+    _SLOT_ARRAYS = ("alive", "a_ids", "a_class", "a_prio", "a_running", "a_start", "a_wall", "a_ckpt",
+                    "a_ckpt_min", "a_last_ckpt", "a_sens", "a_prot", "a_preemptible", "a_jobtypes",
+                    "a_pcount", "a_tenant", "a_user", "a_vc", "a_st", "a_held", "a_nnodes", "a_first_gpu",
+                    "a_on_borrowed", "a_borrow_home")
+    _FILL = {"a_start": np.nan, "a_wall": np.nan, "a_last_ckpt": np.nan, "a_prot": -np.inf,
+             "a_vc": NO_VC, "a_borrow_home": NO_VC}
+
+    def _grow_slots(self) -> None:
+        old = len(self.objs)
+        new = old * 2
+        self.objs.extend([None] * (new - old))
+        for name in self._SLOT_ARRAYS:
+            arr = getattr(self, name)
+            shape = (new - old, *arr.shape[1:])
+            fill = np.full(shape, self._FILL.get(name, 0), dtype=arr.dtype)
+            setattr(self, name, np.concatenate([arr, fill]))
+
+    def _init_entries(self, size: int, n_res: int) -> None:
+        self.e_alloc = np.full(size, -1, dtype=np.int64)
+        self.e_node = np.zeros(size, dtype=np.int64)
+        self.e_res = np.zeros((size, n_res))
+        self.e_alive = np.zeros(size, dtype=bool)
+        self._free_entries: list[int] = []
+        self._next_entry = 0
+
+    def _grow_entries(self) -> None:
+        old = len(self.e_alloc)
+        self.e_alloc = np.concatenate([self.e_alloc, np.full(old, -1, dtype=np.int64)])
+        self.e_node = np.concatenate([self.e_node, np.zeros(old, dtype=np.int64)])
+        self.e_res = np.concatenate([self.e_res, np.zeros((old, self.e_res.shape[1]))])
+        self.e_alive = np.concatenate([self.e_alive, np.zeros(old, dtype=bool)])
+
+    def _ensure_resources(self, names: Iterable[str]) -> None:
+        missing = [r for r in names if r not in self.res_index]
+        if not missing:
+            return
+        for r in missing:
+            self.res_index[r] = len(self.res_names)
+            self.res_names.append(r)
+        extra = len(missing)
+
+        def widen(arr: FArr) -> FArr:
+            return np.concatenate([arr, np.zeros((arr.shape[0], extra))], axis=1)
+
+        self.cap, self.used, self.t_used = widen(self.cap), widen(self.used), widen(self.t_used)
+        self.a_held, self.e_res = widen(self.a_held), widen(self.e_res)
+        self.total = np.concatenate([self.total, np.zeros(extra)])
+
+    def vec(self, res: dict[str, float]) -> FArr:
+        out = np.zeros(len(self.res_names))
+        for r, amount in res.items():
+            out[self.res_index[r]] = amount
+        return out
+
+    # -- allocations -------------------------------------------------------------
     def add(self, alloc: Allocation) -> None:
-        """Record a running entry (any state). O(nodes of the allocation)."""
-        if alloc.id in self.allocs:
+        """Record a running entry (any state). Touches only its own slot and nodes."""
+        if alloc.id in self.slot_of:
             self.remove(alloc.id)
-        self.allocs[alloc.id] = alloc
-        tused = self.tenant_used.setdefault(alloc.tenant, {})
-        for nname, res in alloc.placement.items():
-            used = self.used[nname]
-            for r, amount in res.items():
-                used[r] = used.get(r, 0.0) + amount
-                tused[r] = tused.get(r, 0.0) + amount
-            self.on_node[nname][alloc.id] = None
+        for amounts_by_name in alloc.placement.values():
+            if any(r not in self.res_index for r in amounts_by_name):
+                self._ensure_resources(amounts_by_name)
+        if self._free_slots:
+            slot = self._free_slots.pop()
+        else:
+            if self._next_slot >= len(self.objs):
+                self._grow_slots()
+            slot = self._next_slot
+            self._next_slot += 1
+        self.objs[slot] = alloc
+        self.slot_of[alloc.id] = slot
+        vc = self._vc(alloc.vcluster)
+        tenant = self._tenant(alloc.tenant)
+        self.alive[slot] = True
+        self.a_ids[slot] = alloc.id
+        self.a_class[slot] = alloc.preemption_class
+        self.a_prio[slot] = alloc.priority
+        self.a_running[slot] = alloc.state == "running"
+        self.a_start[slot] = alloc.started_at if alloc.started_at is not None else np.nan
+        self.a_wall[slot] = alloc.walltime_minutes if alloc.walltime_minutes is not None else np.nan
+        self.a_ckpt[slot] = CHECKPOINT_CODE[alloc.checkpoint]
+        self.a_ckpt_min[slot] = alloc.checkpoint_minutes
+        self.a_last_ckpt[slot] = alloc.last_checkpoint_at if alloc.last_checkpoint_at is not None else np.nan
+        self.a_sens[slot] = alloc.is_sensitive
+        self.a_prot[slot] = alloc.protected_until if alloc.protected_until is not None else -np.inf
+        self.a_preemptible[slot] = alloc.preemptible
+        self.a_jobtypes[slot] = sum(JOBTYPE_BIT[t] for t in alloc.job_types)
+        self.a_pcount[slot] = alloc.preempted_count
+        self.a_tenant[slot] = tenant
+        self.a_user[slot] = self._user(alloc.user)
+        self.a_vc[slot] = vc
+        self.a_st[slot] = self.st_index.get(alloc.session_type or "", self.st_default)
+        names = sorted(alloc.placement)
+        first = alloc.placement[names[0]].get("gpu", 0.0) if names else 0.0
+        self.a_first_gpu[slot] = first or 1.0
+        self.a_nnodes[slot] = len(names)
+        held = np.zeros(len(self.res_names))
+        entries: list[int] = []
+        on_borrowed = False
+        borrow_home = NO_VC
+        for nname in names:
+            node = self.node_index[nname]
+            amounts = self.vec(alloc.placement[nname])
+            if self._free_entries:
+                e = self._free_entries.pop()
+            else:
+                if self._next_entry >= len(self.e_alloc):
+                    self._grow_entries()
+                e = self._next_entry
+                self._next_entry += 1
+            self.e_alloc[e], self.e_node[e], self.e_alive[e] = slot, node, True
+            self.e_res[e] = amounts
+            entries.append(e)
+            held += amounts
+            self.used[node] += amounts
+            self.count[node] += 1
+            home = int(self.node_vc[node])
+            if home != NO_VC and home != vc:
+                on_borrowed = True
+            if vc != NO_VC and home != NO_VC and int(self.node_bb[node]) == vc:
+                borrow_home = home if borrow_home in (NO_VC, home) else MIXED
+        self.a_entries[slot] = entries
+        self.a_held[slot] = held
+        self.t_used[tenant] += held
+        self.a_on_borrowed[slot] = on_borrowed
+        self.a_borrow_home[slot] = borrow_home
+        self.version += 1
 
     def remove(self, alloc_id: str) -> Allocation | None:
-        alloc = self.allocs.pop(alloc_id, None)
-        if alloc is None:
+        slot = self.slot_of.pop(alloc_id, None)
+        if slot is None:
             return None
-        tused = self.tenant_used[alloc.tenant]
-        for nname, res in alloc.placement.items():
-            used = self.used[nname]
-            for r, amount in res.items():
-                used[r] -= amount
-                tused[r] -= amount
-            self.on_node[nname].pop(alloc.id, None)
+        alloc = self.objs[slot]
+        for e in self.a_entries.pop(slot):
+            node = int(self.e_node[e])
+            self.used[node] -= self.e_res[e]
+            self.count[node] -= 1
+            self.e_alive[e] = False
+            self.e_alloc[e] = -1
+            self._free_entries.append(e)
+        self.t_used[self.a_tenant[slot]] -= self.a_held[slot]
+        self.alive[slot] = False
+        self.objs[slot] = None
+        self._free_slots.append(slot)
+        self.version += 1
         return alloc
 
-    # -- derived views -----------------------------------------------------
+    def set_node_state(self, name: str, state: str) -> None:
+        from dataclasses import replace
+
+        i = self.node_index[name]
+        self.nodes[name] = replace(self.nodes[name], state=state)
+        self.ready[i] = state == "ready"
+        self.version += 1
+
+    # -- cached orderings ----------------------------------------------------------
+    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
+        """A value that depends only on the snapshot, rebuilt after any update."""
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] == self.version:
+            return hit[1]
+        value = build()
+        self._cache[key] = (self.version, value)
+        return value
+
+    @property
+    def slots(self) -> int:
+        return self._next_slot
+
+    def id_rank(self) -> IArr:
+        """Rank of each slot's id in code-point order (dead slots rank last)."""
+        def build() -> IArr:
+            n = self._next_slot
+            ids = np.where(self.alive[:n], self.a_ids[:n], "\U0010ffff")
+            rank = np.empty(n, dtype=np.int64)
+            rank[np.argsort(ids, kind="stable")] = np.arange(n)
+            return rank
+
+        result: IArr = self.cached("id_rank", build)
+        return result
+
+    def live_entries(self) -> IArr:
+        result: IArr = self.cached("live_entries", lambda: np.flatnonzero(self.e_alive[: self._next_entry]))
+        return result
+
+    # -- Python views for small paths and explanations -------------------------------
+    @property
+    def allocs(self) -> dict[str, Allocation]:
+        return {aid: a for aid in self.slot_of if (a := self.objs[self.slot_of[aid]]) is not None}
+
     def vcluster_of(self, name: str | None) -> VCluster | None:
         if not self.use_vclusters or name is None:
             return None
@@ -99,42 +361,40 @@ class Cluster:
             return self.tenants[name]
         return Tenant(name=name or "")
 
-    def is_idle(self, node_name: str) -> bool:
-        return not self.on_node[node_name]
+    def share_of(self, held: FArr) -> float:
+        mask = self.total > 0
+        if not mask.any():
+            return 0.0
+        return float(np.max(held[mask] / self.total[mask], initial=0.0))
 
-    def free(self, node_name: str, res: str) -> float:
-        return self.nodes[node_name].capacity.get(res, 0.0) - self.used[node_name].get(res, 0.0)
+    def tenant_shares(self) -> FArr:
+        """Dominant share of every tenant index."""
+        mask = self.total > 0
+        if not mask.any() or not len(self.t_used):
+            return np.zeros(len(self.t_used))
+        result: FArr = np.max(self.t_used[:, mask] / self.total[mask], axis=1)
+        return result
 
-    def load(self, node_name: str) -> float:
-        """Largest used/capacity fraction over the node's resources."""
-        cap = self.nodes[node_name].capacity
-        used = self.used[node_name]
-        best = 0.0
-        for r, c in cap.items():
-            if c > 0:
-                best = max(best, used.get(r, 0.0) / c)
-        return best
-
-    def share_of(self, res: dict[str, float]) -> float:
-        """Dominant share of an amount of resources in this resource group."""
-        best = 0.0
-        for r, amount in res.items():
-            tot = self.total.get(r, 0.0)
-            if tot > 0:
-                best = max(best, amount / tot)
-        return best
-
-    def alloc_share(self, alloc: Allocation) -> float:
-        held: dict[str, float] = {}
-        for res in alloc.placement.values():
-            for r, amount in res.items():
-                held[r] = held.get(r, 0.0) + amount
+    def tenant_share(self, tenant: str | None, minus_slots: Iterable[int] = ()) -> float:
+        idx = self.tenant_index.get(tenant)
+        if idx is None:
+            return 0.0
+        held = self.t_used[idx].copy()
+        for s in minus_slots:
+            held -= self.a_held[s]
         return self.share_of(held)
 
-    def tenant_share(self, tenant: str | None, minus: Iterable[Allocation] = ()) -> float:
-        held = dict(self.tenant_used.get(tenant, {}))
-        for a in minus:
-            for res in a.placement.values():
-                for r, amount in res.items():
-                    held[r] = held.get(r, 0.0) - amount
-        return self.share_of(held)
+    def node_load(self) -> FArr:
+        """Largest used/capacity fraction of each node."""
+        def build() -> FArr:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                frac = np.where(self.cap > 0, self.used / np.where(self.cap > 0, self.cap, 1.0), 0.0)
+            result: FArr = frac.max(axis=1) if frac.size else np.zeros(len(self.node_names))
+            return result
+
+        result: FArr = self.cached("node_load", build)
+        return result
+
+
+def floor_limit(count: int, pct: float) -> int:
+    return math.floor(count * pct + EPS)

@@ -2,31 +2,25 @@
 
 Order of the contract: last resort (fits, borrowing, held nodes, gates), then
 eligibility of every running allocation, then reclaim-first selection by the
-policy kind.
+policy kind. The candidate list (every running allocation) is materialized only
+when read, so deciding against 50,000 allocations does not build 50,000 rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-from .cluster import EPS, Cluster
-from .eligibility import (
-    Gates,
-    cost,
-    elapsed_s,
-    fair_share_bands,
-    is_reclaim,
-    kind_code,
-    protection_code,
-    queue_time_code,
-    start_of,
-)
+import numpy as np
+
+from .cluster import EPS, BArr, Cluster, IArr
+from .eligibility import CODES, Gates, Judged, judge
 from .explain import explain
 from .model import Allocation, Policy, Scenario
-from .placement import LENDABLE, RequestView
-from .select import Selection, ordered_greedy, select_class_cost, select_priority
+from .placement import RequestView
+from .select import Selection, ordered_greedy, rank_takes, select_class_cost, select_priority
 
 KIND_REASON = {"class_cost": "priority", "priority": "priority", "queue": "priority",
                "rank": "fair_share", "fair_share": "fair_share"}
@@ -60,16 +54,24 @@ class Candidate:
         return d
 
 
-@dataclass(frozen=True, slots=True)
 class Decision:
-    outcome: str
-    code: str
-    trigger: str | None
-    nodes: tuple[str, ...]
-    borrowed: tuple[str, ...]
-    victims: tuple[Victim, ...]
-    candidates: tuple[Candidate, ...]
-    explanation: str
+    """The engine's answer. ``candidates`` is computed on first read."""
+
+    def __init__(self, outcome: str, code: str, trigger: str | None, nodes: tuple[str, ...],
+                 borrowed: tuple[str, ...], victims: tuple[Victim, ...], explanation: str,
+                 candidates: Callable[[], tuple[Candidate, ...]]) -> None:
+        self.outcome = outcome
+        self.code = code
+        self.trigger = trigger
+        self.nodes = nodes
+        self.borrowed = borrowed
+        self.victims = victims
+        self.explanation = explanation
+        self._candidates = candidates
+
+    @cached_property
+    def candidates(self) -> tuple[Candidate, ...]:
+        return self._candidates()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -96,14 +98,6 @@ def decide_scenario(scenario: Scenario) -> Decision:
     return decide(cluster, scenario.policy, scenario.pending, scenario.now)
 
 
-@dataclass(slots=True)
-class _Judged:
-    codes: dict[str, str | None]
-    costs: dict[str, float]
-    reclaim: set[str]
-    eligible: list[Allocation]
-
-
 def _gates(cluster: Cluster, policy: Policy, req: Allocation, now: float) -> Gates:
     tenant = cluster.tenant(req.tenant)
     share = cluster.tenant_share(req.tenant)
@@ -123,82 +117,68 @@ def _gates(cluster: Cluster, policy: Policy, req: Allocation, now: float) -> Gat
     return gates
 
 
-def _judge(cluster: Cluster, view: RequestView, policy: Policy, req: Allocation, now: float,
-           gates: Gates) -> _Judged:
-    bands = fair_share_bands(cluster, req, policy, now) if policy.kind == "fair_share" else {}
-    codes: dict[str, str | None] = {}
-    costs: dict[str, float] = {}
-    reclaim: set[str] = set()
-    eligible: list[Allocation] = []
-    for aid in sorted(cluster.allocs):
-        a = cluster.allocs[aid]
-        code = protection_code(cluster, a, policy, now, gates.sensitive)
-        rec = is_reclaim(cluster, a, req.vcluster)
-        if code is None and not (rec and policy.reclaim_rule == "any"):
-            code = kind_code(cluster, a, req, policy, gates, bands)
-            if code is None and policy.kind == "queue":
-                code = queue_time_code(a, policy, now)
-        if code is None and not any(view.kind.get(n, LENDABLE) != LENDABLE for n in a.placement):
-            code = "NOT_ON_USABLE_NODE"
-        codes[aid] = code
-        if code is None:
-            eligible.append(a)
-            if rec:
-                reclaim.add(aid)
-            if policy.kind == "class_cost":
-                costs[aid] = cost(cluster, a, policy, now)
-    return _Judged(codes, costs, reclaim, eligible)
+def _walk_positions(cluster: Cluster, policy: Policy, gates: Gates, now: float) -> tuple[IArr, IArr, IArr]:
+    """Each slot's place in the kind's walk order (cached until the snapshot changes)."""
+    kind = policy.kind
+    n = cluster.slots
+    mine = gates.session_type
+    if kind == "queue":
+        prefs = tuple(sorted((p.queue, p.pref) for p in mine.preempts))
+        key: tuple[Any, ...] = ("walk", kind, now, prefs, policy.preempt_for)
+    elif kind == "rank":
+        key = ("walk", kind, now, mine.criteria)
+    else:
+        key = ("walk", kind, now)
 
-
-def _walk_order(cluster: Cluster, view: RequestView, policy: Policy, gates: Gates,
-                pool: Sequence[Allocation], now: float) -> list[Allocation]:
-    if policy.kind == "queue":
-        mine = gates.session_type
-        prefs = {p.queue: p.pref for p in mine.preempts}
-
-        def qkey(a: Allocation) -> tuple[Any, ...]:
-            st = cluster.session_type(a.session_type)
+    def build() -> tuple[IArr, IArr, IArr]:
+        start = np.where(np.isnan(cluster.a_start[:n]), now, cluster.a_start[:n])
+        rank = cluster.id_rank()
+        st = cluster.a_st[:n]
+        if kind == "queue":
+            pref = np.zeros(len(cluster.st_prio))
+            for queue, value in prefs:
+                if queue in cluster.st_index:
+                    pref[cluster.st_index[queue]] = value
             if policy.preempt_for == "least_run_time":
-                third = elapsed_s(a, now)
+                third = now - start
             else:
-                third = min(cluster.load(n) for n in a.placement if view.kind.get(n, LENDABLE) != LENDABLE)
-            return (-prefs.get(st.name, 0), st.priority, third, a.id)
+                live = cluster.live_entries()
+                third = np.full(n, np.inf)
+                np.minimum.at(third, cluster.e_alloc[live], cluster.node_load()[cluster.e_node[live]])
+            order = np.lexsort((rank, third, cluster.st_prio[st], -pref[st]))
+        elif kind == "rank":
+            tenant = cluster.a_tenant[:n]
+            over = (cluster.tenant_shares() - cluster.t_fair)[tenant]
+            crit = -start if mine.criteria == "most_recent_task" else -over
+            order = np.lexsort((rank, now - start, crit, cluster.st_rank[st]))
+        else:
+            order = np.lexsort((rank, -start))
+        pos = np.empty(n, dtype=np.int64)
+        pos[order] = np.arange(n)
+        live = cluster.live_entries()
+        entry_order = live[np.lexsort((pos[cluster.e_alloc[live]], cluster.e_node[live]))]
+        return pos, order.astype(np.int64), entry_order
 
-        return sorted(pool, key=qkey)
-    if policy.kind == "rank":
-        over = {}
-        for a in pool:
-            if a.tenant not in over:
-                over[a.tenant] = cluster.tenant_share(a.tenant) - cluster.tenant(a.tenant).fair_share
-        recent = gates.session_type.criteria == "most_recent_task"
-
-        def rkey(a: Allocation) -> tuple[Any, ...]:
-            crit = -start_of(a, now) if recent else -over[a.tenant]
-            return (cluster.session_type(a.session_type).rank, crit, elapsed_s(a, now), a.id)
-
-        return sorted(pool, key=rkey)
-    return sorted(pool, key=lambda a: (-start_of(a, now), a.id))
+    result: tuple[IArr, IArr, IArr] = cluster.cached(key, build)
+    return result
 
 
 def _select(cluster: Cluster, view: RequestView, policy: Policy, req: Allocation, now: float,
-            gates: Gates, judged: _Judged, pool: Sequence[Allocation]) -> Selection:
+            gates: Gates, judged: Judged, pool: BArr) -> Selection:
     bound = None if gates.sensitive else policy.max_victims
     kind = policy.kind
     if kind == "class_cost":
+        assert judged.cost is not None
         value = None if gates.sensitive else req.value
-        return select_class_cost(view, pool, judged.costs, bound, value, now)
+        return select_class_cost(view, pool, judged.cost, judged.start, bound, value,
+                                 (now, policy.checkpoint_timeout_minutes))
     if kind == "priority":
-        return select_priority(view, pool, bound, now, policy.preemption_order == "newest")
-    order = _walk_order(cluster, view, policy, gates, pool, now)
+        return select_priority(view, pool, judged.start, bound, now, policy.preemption_order == "newest")
+    walk = _walk_positions(cluster, policy, gates, now)
     if kind == "rank":
-        def skip(a: Allocation, taken: list[Allocation]) -> bool:
-            if a.id in judged.reclaim and policy.reclaim_rule == "any":
-                return False
-            same = [x for x in taken if x.tenant == a.tenant] + [a]
-            return cluster.tenant_share(a.tenant, same) < cluster.tenant(a.tenant).fair_share - EPS
-
-        return ordered_greedy(view, order, bound, skip)
-    return ordered_greedy(view, order, bound)
+        exempt = judged.reclaim if policy.reclaim_rule == "any" else np.zeros_like(judged.reclaim)
+        return ordered_greedy(view, pool, walk, bound, rank_takes(cluster, exempt))
+    return ordered_greedy(view, pool, walk, bound)
 
 
 def _wait_gate(view: RequestView, policy: Policy, req: Allocation, gates: Gates) -> str | None:
@@ -221,12 +201,11 @@ def decide(cluster: Cluster, policy: Policy, req: Allocation, now: float) -> Dec
     """Decide one request. Pure: reads only its arguments, changes nothing."""
     view = RequestView(cluster, req)
     gates = _gates(cluster, policy, req, now)
-    judged = _judge(cluster, view, policy, req, now, gates)
+    judged = judge(cluster, view, policy, req, now, gates)
 
-    def finish(outcome: str, code: str, victims: Sequence[Allocation] = (),
-               skipped: set[str] | frozenset[str] = frozenset(),
+    def finish(outcome: str, code: str, victims: Sequence[int] = (), skipped: set[int] | None = None,
                nodes: Sequence[str] = (), borrowed: Sequence[str] = ()) -> Decision:
-        return _build(cluster, policy, req, gates, judged, outcome, code, victims, skipped,
+        return _build(cluster, policy, req, gates, judged, outcome, code, victims, skipped or set(),
                       nodes, borrowed)
 
     if view.fits_now():
@@ -239,10 +218,9 @@ def decide(cluster: Cluster, policy: Policy, req: Allocation, now: float) -> Dec
     if gate is not None:
         return finish("wait", gate)
 
-    reclaim_pool = [a for a in judged.eligible if a.id in judged.reclaim]
     chosen: Selection | None = None
-    if reclaim_pool:
-        first = _select(cluster, view, policy, req, now, gates, judged, reclaim_pool)
+    if judged.reclaim.any():
+        first = _select(cluster, view, policy, req, now, gates, judged, judged.reclaim)
         if first.victims is not None:
             chosen = first
     if chosen is None:
@@ -254,32 +232,23 @@ def decide(cluster: Cluster, policy: Policy, req: Allocation, now: float) -> Dec
     return finish("preempt", "PREEMPT", chosen.victims, chosen.skipped, placed[0], placed[1])
 
 
-def _build(cluster: Cluster, policy: Policy, req: Allocation, gates: Gates, judged: _Judged,
-           outcome: str, code: str, victims: Sequence[Allocation], skipped: set[str] | frozenset[str],
+def _build(cluster: Cluster, policy: Policy, req: Allocation, gates: Gates, judged: Judged,
+           outcome: str, code: str, victims: Sequence[int], skipped: set[int],
            nodes: Sequence[str], borrowed: Sequence[str]) -> Decision:
-    chosen = {a.id for a in victims}
     is_cost = policy.kind == "class_cost"
-    candidates = []
-    for aid, ccode in judged.codes.items():
-        c = judged.costs.get(aid) if is_cost else None
-        if aid in chosen:
-            candidates.append(Candidate(aid, "victim", "SELECTED", c))
-        elif aid in skipped:
-            candidates.append(Candidate(aid, "ineligible", "NOT_OVER_ALLOCATED"))
-        elif ccode is None:
-            candidates.append(Candidate(aid, "spared", "NOT_NEEDED", c))
-        else:
-            candidates.append(Candidate(aid, "ineligible", ccode))
+    cost = judged.cost
     out_victims = []
-    for a in sorted(victims, key=lambda x: x.id):
-        if a.id in judged.reclaim:
+    for s in sorted(victims, key=lambda x: str(cluster.a_ids[x])):
+        a = cluster.objs[s]
+        assert a is not None
+        if judged.reclaim[s]:
             reason = "reclaim"
         elif gates.sensitive:
             reason = "sensitive"
         else:
             reason = KIND_REASON[policy.kind]
         action = "checkpoint" if policy.mode == "suspend" and a.checkpoint in ("auto", "manual") else "terminate"
-        out_victims.append(Victim(a.id, reason, action, judged.costs.get(a.id) if is_cost else None))
+        out_victims.append(Victim(a.id, reason, action, float(cost[s]) if is_cost and cost is not None else None))
     trigger = None
     if out_victims:
         if gates.sensitive:
@@ -288,7 +257,26 @@ def _build(cluster: Cluster, policy: Policy, req: Allocation, gates: Gates, judg
             trigger = "reclaim"
         else:
             trigger = KIND_REASON[policy.kind]
+    chosen = set(victims)
+    codes = judged.codes
+
+    def candidates() -> tuple[Candidate, ...]:
+        rows = []
+        for s in np.flatnonzero(codes >= 0).tolist():
+            ident = str(cluster.a_ids[s])
+            c = float(cost[s]) if is_cost and cost is not None and codes[s] == 0 else None
+            if s in chosen:
+                rows.append(Candidate(ident, "victim", "SELECTED", c))
+            elif s in skipped:
+                rows.append(Candidate(ident, "ineligible", "NOT_OVER_ALLOCATED"))
+            elif codes[s] == 0:
+                rows.append(Candidate(ident, "spared", "NOT_NEEDED", c))
+            else:
+                rows.append(Candidate(ident, "ineligible", CODES[int(codes[s])]))
+        rows.sort(key=lambda c: c.id)
+        return tuple(rows)
+
     text = explain(req, policy, outcome, code, tuple(sorted(nodes)), tuple(out_victims),
                    tuple(sorted(borrowed)), cluster)
     return Decision(outcome, code, trigger, tuple(sorted(nodes)), tuple(sorted(borrowed)),
-                    tuple(out_victims), tuple(candidates), text)
+                    tuple(out_victims), text, candidates)

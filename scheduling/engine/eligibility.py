@@ -1,14 +1,30 @@
-"""Who may be a victim, and at what cost (contract sections 4.2 to 4.4, 5, 7)."""
+"""Who may be a victim, and at what cost (contract sections 4.2 to 4.4, 5, 7).
+
+Every allocation of the snapshot is judged at once: each rule is one array
+operation, applied in the contract's order so the first code that applies wins.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cluster import EPS, Cluster
+import numpy as np
+
+from .cluster import EPS, MIXED, NO_VC, BArr, Cluster, FArr, IArr
 from .model import Allocation, Policy, SessionType
+from .placement import RequestView
 
 MINUTE = 60.0
 HOUR = 3600.0
+
+CODES = [
+    "", "NOT_RUNNING", "SENSITIVE", "PROTECTED", "NOT_PREEMPTIBLE", "SERVICE_HOME", "NEAR_COMPLETION",
+    "NO_CHECKPOINT_HIGH_CLASS", "MIN_RUNTIME", "MAX_PREEMPTIONS", "CLASS_NOT_LOWER", "PRIORITY_NOT_LOWER",
+    "ABOVE_PREEMPTIBLE_PRIORITY", "OUT_OF_SCOPE", "QUEUE_NOT_LOWER", "QUEUE_NOT_PREEMPTABLE",
+    "EXEMPT_JOBTYPE", "NO_PREEMPT_RUN_TIME", "NO_PREEMPT_FINISH_TIME", "RANK_NOT_LOWER",
+    "NOT_OVER_ALLOCATED", "WITHIN_FAIR_SHARE", "AGGRESSIVE_ONLY", "NOT_ON_USABLE_NODE",
+]
+CODE = {name: i for i, name in enumerate(CODES)}
 
 
 @dataclass(slots=True)
@@ -23,178 +39,226 @@ class Gates:
     aggressive: bool = False
 
 
-def elapsed_s(alloc: Allocation, now: float) -> float:
-    start = alloc.started_at if alloc.started_at is not None else now
-    return now - start
+@dataclass(slots=True)
+class Judged:
+    """Per slot: the code (0 = eligible), reclaim flag, cost (class_cost) and start time."""
+
+    codes: IArr
+    eligible: BArr
+    reclaim: BArr
+    cost: FArr | None
+    start: FArr
 
 
-def start_of(alloc: Allocation, now: float) -> float:
-    return alloc.started_at if alloc.started_at is not None else now
+def _assign(codes: IArr, mask: BArr, name: str) -> None:
+    """Give ``name`` to every slot that has no code yet and matches ``mask``."""
+    codes[(codes == 0) & mask] = CODE[name]
 
 
-def remaining_s(alloc: Allocation, now: float) -> float | None:
-    if alloc.walltime_minutes is None:
-        return None
-    return alloc.walltime_minutes * MINUTE - elapsed_s(alloc, now)
+def _times(cluster: Cluster, now: float) -> tuple[FArr, FArr, FArr, BArr]:
+    """start (null = now), elapsed, remaining walltime and has-walltime, per slot."""
+    def build() -> tuple[FArr, FArr, FArr, BArr]:
+        n = cluster.slots
+        start = np.where(np.isnan(cluster.a_start[:n]), now, cluster.a_start[:n])
+        elapsed = now - start
+        wall = cluster.a_wall[:n]
+        has_wall = ~np.isnan(wall)
+        remaining = np.where(has_wall, wall * MINUTE - elapsed, np.inf)
+        return start, elapsed, remaining, has_wall
+
+    result: tuple[FArr, FArr, FArr, BArr] = cluster.cached(("times", now), build)
+    return result
 
 
-def on_borrowed_node(cluster: Cluster, alloc: Allocation) -> bool:
-    for name in alloc.placement:
-        home = cluster.nodes[name].vcluster
-        if home is not None and home != alloc.vcluster:
-            return True
-    return False
+def _protections(cluster: Cluster, policy: Policy, now: float, sensitive_request: bool) -> IArr:
+    """Section 4.2 codes per slot (-1 for empty slots); they do not depend on the request."""
+    def build() -> IArr:
+        n = cluster.slots
+        _, elapsed, remaining, _ = _times(cluster, now)
+        codes: IArr = np.where(cluster.alive[:n], 0, -1).astype(np.int64)
+        vc = cluster.a_vc[:n]
+        vc_i = np.where(vc >= 0, vc, len(cluster.vc_sensitive) - 1)
+        _assign(codes, ~cluster.a_running[:n], "NOT_RUNNING")
+        _assign(codes, cluster.a_sens[:n] | cluster.vc_sensitive[vc_i], "SENSITIVE")
+        _assign(codes, cluster.a_prot[:n] > now, "PROTECTED")
+        _assign(codes, ~cluster.a_preemptible[:n], "NOT_PREEMPTIBLE")
+        _assign(codes, cluster.vc_service[vc_i] & ~cluster.a_on_borrowed[:n], "SERVICE_HOME")
+        if not sensitive_request:
+            _assign(codes, remaining <= policy.near_completion_minutes * MINUTE + EPS, "NEAR_COMPLETION")
+            _assign(codes, (cluster.a_ckpt[:n] == 2) & (cluster.a_class[:n] >= 7), "NO_CHECKPOINT_HIGH_CLASS")
+            _assign(codes, elapsed < policy.min_runtime_minutes * MINUTE - EPS, "MIN_RUNTIME")
+            if policy.max_preemptions_per_job is not None:
+                _assign(codes, cluster.a_pcount[:n] >= policy.max_preemptions_per_job, "MAX_PREEMPTIONS")
+        return codes
+
+    key = ("protections", now, policy.near_completion_minutes, policy.min_runtime_minutes,
+           policy.max_preemptions_per_job, sensitive_request)
+    result: IArr = cluster.cached(key, build)
+    return result
 
 
-def protection_code(cluster: Cluster, alloc: Allocation, policy: Policy, now: float,
-                    sensitive_request: bool) -> str | None:
-    """The first protection of section 4.2 that applies, or None."""
-    if alloc.state != "running":
-        return "NOT_RUNNING"
-    vc = cluster.vcluster_of(alloc.vcluster)
-    if alloc.is_sensitive or (vc is not None and vc.type == "sensitive"):
-        return "SENSITIVE"
-    if alloc.protected_until is not None and alloc.protected_until > now:
-        return "PROTECTED"
-    if not alloc.preemptible:
-        return "NOT_PREEMPTIBLE"
-    if vc is not None and vc.type == "service" and not on_borrowed_node(cluster, alloc):
-        return "SERVICE_HOME"
-    if sensitive_request:
-        return None
-    left = remaining_s(alloc, now)
-    if left is not None and left <= policy.near_completion_minutes * MINUTE + EPS:
-        return "NEAR_COMPLETION"
-    if alloc.checkpoint == "none" and alloc.preemption_class >= 7:
-        return "NO_CHECKPOINT_HIGH_CLASS"
-    if elapsed_s(alloc, now) < policy.min_runtime_minutes * MINUTE - EPS:
-        return "MIN_RUNTIME"
-    if policy.max_preemptions_per_job is not None and alloc.preempted_count >= policy.max_preemptions_per_job:
-        return "MAX_PREEMPTIONS"
-    return None
+def judge(cluster: Cluster, view: RequestView, policy: Policy, req: Allocation, now: float,
+          gates: Gates) -> Judged:
+    n = cluster.slots
+    start, elapsed, remaining, has_wall = _times(cluster, now)
+    protected = _protections(cluster, policy, now, gates.sensitive)
+    reclaim = _reclaim_mask(cluster, view, n)
+    kind_codes = np.zeros(n, dtype=np.int64)
+    _kind_codes(cluster, kind_codes, policy, req, now, gates, elapsed, remaining, has_wall)
+    if policy.reclaim_rule == "any":
+        kind_codes[reclaim] = 0
+    codes: IArr = np.where(protected == 0, kind_codes, protected)
+    live = cluster.live_entries()
+    on_usable = np.bincount(cluster.e_alloc[live][view.placeable[cluster.e_node[live]]], minlength=n) > 0
+    _assign(codes, ~on_usable, "NOT_ON_USABLE_NODE")
+    eligible = codes == 0
+    cost = class_cost(cluster, policy, now) if policy.kind == "class_cost" else None
+    return Judged(codes, eligible, reclaim & eligible, cost, start)
 
 
-def is_reclaim(cluster: Cluster, alloc: Allocation, req_vcluster: str | None) -> bool:
-    """Another vCluster's allocation on a node whose home is the request's and that it borrows."""
-    if req_vcluster is None or not cluster.use_vclusters or alloc.vcluster == req_vcluster:
-        return False
-    for name in alloc.placement:
-        node = cluster.nodes[name]
-        if node.vcluster == req_vcluster and node.borrowed_by is not None and node.borrowed_by == alloc.vcluster:
-            return True
-    return False
+def _reclaim_mask(cluster: Cluster, view: RequestView, n: int) -> BArr:
+    v = view.vc_idx
+    if v == NO_VC:
+        return np.zeros(n, dtype=bool)
+    home = cluster.a_borrow_home[:n]
+    mask: BArr = (home == v) & (cluster.a_vc[:n] != v)
+    for s in np.flatnonzero(home == MIXED).tolist():
+        a = cluster.objs[s]
+        assert a is not None
+        mask[s] = any(cluster.node_vc[cluster.node_index[nm]] == v
+                      and cluster.node_bb[cluster.node_index[nm]] == cluster.a_vc[s] for nm in a.placement)
+    return mask
 
 
-def cost(cluster: Cluster, alloc: Allocation, policy: Policy, now: float) -> float:
-    """class_cost: checkpoint term + lost work + walltime term, halved when bursting."""
-    if alloc.checkpoint == "auto":
-        total = alloc.checkpoint_minutes
-    elif alloc.checkpoint == "manual":
-        total = policy.checkpoint_timeout_minutes
-    else:
-        since = start_of(alloc, now)
-        if alloc.last_checkpoint_at is not None:
-            since = max(since, alloc.last_checkpoint_at)
-        first = alloc.placement[min(alloc.placement)] if alloc.placement else {}
-        gpus = first.get("gpu", 0.0) or 1.0
-        total = (now - since) / HOUR * len(alloc.placement) * gpus
-    if alloc.walltime_minutes is not None:
-        f = elapsed_s(alloc, now) / (alloc.walltime_minutes * MINUTE)
-        if f >= 0.9 - EPS:
-            total += 1000.0
-        elif f < 0.1 - EPS:
-            total += 1.0
-        else:
-            total += f * 100.0
-    tenant = cluster.tenant(alloc.tenant)
-    if tenant.burst_allowance is not None and cluster.tenant_share(alloc.tenant) > tenant.fair_share + EPS:
-        total /= 2.0
-    return total
-
-
-def kind_code(cluster: Cluster, alloc: Allocation, req: Allocation, policy: Policy,
-              gates: Gates, bands: dict[str, str]) -> str | None:
-    """The kind's own eligibility rule; None when it allows the victim."""
+def _kind_codes(cluster: Cluster, codes: IArr, policy: Policy, req: Allocation, now: float, gates: Gates,
+                elapsed: FArr, remaining: FArr, has_wall: BArr) -> None:
+    n = len(codes)
     kind = policy.kind
     if kind == "class_cost":
-        return None if alloc.preemption_class < req.preemption_class else "CLASS_NOT_LOWER"
-    if kind == "priority":
-        if alloc.priority >= req.priority:
-            return "PRIORITY_NOT_LOWER"
-        if policy.preemptible_priority is not None and alloc.priority > policy.preemptible_priority:
-            return "ABOVE_PREEMPTIBLE_PRIORITY"
+        _assign(codes, cluster.a_class[:n] >= req.preemption_class, "CLASS_NOT_LOWER")
+    elif kind == "priority":
+        prio = cluster.a_prio[:n]
+        _assign(codes, prio >= req.priority, "PRIORITY_NOT_LOWER")
+        if policy.preemptible_priority is not None:
+            _assign(codes, prio > policy.preemptible_priority, "ABOVE_PREEMPTIBLE_PRIORITY")
         scope = policy.victim_scope
         if scope != "resource_group":
-            mine = getattr(req, scope)
-            if mine is None or getattr(alloc, scope) != mine:
-                return "OUT_OF_SCOPE"
-        return None
-    if kind == "queue":
-        return queue_code(cluster, alloc, gates.session_type, policy, req)
-    if kind == "rank":
-        tenant = cluster.tenant(alloc.tenant)
-        if not cluster.tenant_share(alloc.tenant) > tenant.fair_share + EPS:
-            return "NOT_OVER_ALLOCATED"
-        if cluster.tenant_share(alloc.tenant, (alloc,)) < tenant.fair_share - EPS:
-            return "NOT_OVER_ALLOCATED"
-        victim_rank = cluster.session_type(alloc.session_type).rank
-        mine = gates.session_type
-        if victim_rank < mine.rank or (mine.scope == "lower_or_equal" and victim_rank == mine.rank):
-            return None
-        return "RANK_NOT_LOWER"
-    # fair_share
-    band = bands.get(alloc.id, "WITHIN_FAIR_SHARE")
-    if band == "AGGRESSIVE_ONLY" and gates.aggressive:
-        return None
-    return None if band == "" else band
-
-
-def queue_code(cluster: Cluster, alloc: Allocation, mine: SessionType, policy: Policy,
-               req: Allocation) -> str | None:
-    theirs = cluster.session_type(alloc.session_type)
-    if not theirs.priority < mine.priority:
-        return "QUEUE_NOT_LOWER"
-    named = any(p.queue == theirs.name for p in mine.preempts)
-    if not ((mine.preemptive and (not mine.preempts or named)) or theirs.preemptable):
-        return "QUEUE_NOT_PREEMPTABLE"
-    types = alloc.job_types
-    if types and not all(t in policy.preempt_jobtypes for t in types):
-        return "EXEMPT_JOBTYPE"
-    return None
-
-
-def queue_time_code(alloc: Allocation, policy: Policy, now: float) -> str | None:
-    if alloc.walltime_minutes is None:
-        return None
-    if policy.no_preempt_run_minutes is not None and elapsed_s(alloc, now) >= policy.no_preempt_run_minutes * MINUTE - EPS:
-        return "NO_PREEMPT_RUN_TIME"
-    left = remaining_s(alloc, now)
-    if policy.no_preempt_finish_minutes is not None and left is not None and left <= policy.no_preempt_finish_minutes * MINUTE + EPS:
-        return "NO_PREEMPT_FINISH_TIME"
-    return None
-
-
-def fair_share_bands(cluster: Cluster, req: Allocation, policy: Policy, now: float) -> dict[str, str]:
-    """Classify every allocation of other tenants: "" (preemptible), AGGRESSIVE_ONLY, WITHIN_FAIR_SHARE."""
-    by_tenant: dict[str | None, list[Allocation]] = {}
-    for a in cluster.allocs.values():
-        by_tenant.setdefault(a.tenant, []).append(a)
-    bands: dict[str, str] = {}
-    for tname, allocs in by_tenant.items():
-        if tname == req.tenant:
-            for a in allocs:
-                bands[a.id] = "WITHIN_FAIR_SHARE"
-            continue
-        fs = cluster.tenant(tname).fair_share
-        never = fs * policy.aggressive_threshold
-        aggressive = fs * policy.preemption_threshold
-        total = 0.0
-        for a in sorted(allocs, key=lambda x: (start_of(x, now), x.id)):
-            total += cluster.alloc_share(a)
-            if total <= never + EPS:
-                bands[a.id] = "WITHIN_FAIR_SHARE"
-            elif total <= aggressive + EPS:
-                bands[a.id] = "AGGRESSIVE_ONLY"
+            value: str | None = getattr(req, scope)
+            if value is None:
+                _assign(codes, np.ones(n, dtype=bool), "OUT_OF_SCOPE")
             else:
-                bands[a.id] = ""
-    return bands
+                if scope == "user":
+                    column, target = cluster.a_user, cluster.user_index.get(value, -99)
+                elif scope == "tenant":
+                    column, target = cluster.a_tenant, cluster.tenant_index.get(value, -99)
+                else:
+                    column, target = cluster.a_vc, cluster.vc_index.get(value, -99)
+                _assign(codes, column[:n] != target, "OUT_OF_SCOPE")
+    elif kind == "queue":
+        mine = gates.session_type
+        st = cluster.a_st[:n]
+        _assign(codes, ~(cluster.st_prio[st] < mine.priority), "QUEUE_NOT_LOWER")
+        named = np.zeros(len(cluster.st_prio), dtype=bool)
+        for p in mine.preempts:
+            if p.queue in cluster.st_index:
+                named[cluster.st_index[p.queue]] = True
+        if not mine.preemptive:
+            allowed = np.zeros(n, dtype=bool)
+        elif mine.preempts:
+            allowed = named[st]
+        else:
+            allowed = np.ones(n, dtype=bool)
+        _assign(codes, ~(allowed | cluster.st_preemptable[st]), "QUEUE_NOT_PREEMPTABLE")
+        allowed_bits = sum({"exclusive": 1, "forced": 2, "backfill": 4}[t] for t in policy.preempt_jobtypes)
+        _assign(codes, (cluster.a_jobtypes[:n] & ~allowed_bits) != 0, "EXEMPT_JOBTYPE")
+        if policy.no_preempt_run_minutes is not None:
+            _assign(codes, has_wall & (elapsed >= policy.no_preempt_run_minutes * MINUTE - EPS),
+                    "NO_PREEMPT_RUN_TIME")
+        if policy.no_preempt_finish_minutes is not None:
+            _assign(codes, has_wall & (remaining <= policy.no_preempt_finish_minutes * MINUTE + EPS),
+                    "NO_PREEMPT_FINISH_TIME")
+    elif kind == "rank":
+        tenant = cluster.a_tenant[:n]
+        shares = cluster.tenant_shares()
+        fair = cluster.t_fair
+        _assign(codes, ~(shares[tenant] > fair[tenant] + EPS), "NOT_OVER_ALLOCATED")
+        after = _share_after(cluster, tenant, cluster.a_held[:n])
+        _assign(codes, after < fair[tenant] - EPS, "NOT_OVER_ALLOCATED")
+        ranks = cluster.st_rank[cluster.a_st[:n]]
+        mine = gates.session_type
+        ok = (ranks < mine.rank) | ((ranks == mine.rank) if mine.scope == "lower_or_equal" else False)
+        _assign(codes, ~ok, "RANK_NOT_LOWER")
+    else:
+        bands = fair_share_bands(cluster, policy, now)
+        own = cluster.tenant_index.get(req.tenant, -99)
+        bands = np.where(cluster.a_tenant[:n] == own, CODE["WITHIN_FAIR_SHARE"], bands)
+        if gates.aggressive:
+            bands = np.where(bands == CODE["AGGRESSIVE_ONLY"], 0, bands)
+        codes[:] = np.where(codes == 0, bands, codes)
+
+
+def _share_after(cluster: Cluster, tenant: IArr, minus: FArr) -> FArr:
+    mask = cluster.total > 0
+    if not mask.any():
+        return np.zeros(len(tenant))
+    left = cluster.t_used[tenant][:, mask] - minus[:, mask]
+    result: FArr = np.max(left / cluster.total[mask], axis=1)
+    return result
+
+
+def fair_share_bands(cluster: Cluster, policy: Policy, now: float) -> IArr:
+    """Per slot: 0 (preemptible), AGGRESSIVE_ONLY or WITHIN_FAIR_SHARE, by each tenant's
+    running total of its allocations' own shares, oldest start first (ties by id)."""
+    def build() -> IArr:
+        n = cluster.slots
+        mask = cluster.total > 0
+        share = (np.max(cluster.a_held[:n][:, mask] / cluster.total[mask], axis=1)
+                 if mask.any() else np.zeros(n))
+        share = np.where(cluster.alive[:n], share, 0.0)
+        start = np.where(np.isnan(cluster.a_start[:n]), now, cluster.a_start[:n])
+        tenant = cluster.a_tenant[:n]
+        order = np.lexsort((cluster.id_rank(), start, tenant))
+        cum = np.cumsum(share[order])
+        t_sorted = tenant[order]
+        first = np.r_[True, t_sorted[1:] != t_sorted[:-1]]
+        base = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+        before = np.r_[0.0, cum][base]
+        running = np.empty(n)
+        running[order] = cum - before
+        fair = cluster.t_fair[tenant]
+        bands = np.zeros(n, dtype=np.int64)
+        aggressive_cap = fair * policy.preemption_threshold + EPS
+        never_cap = fair * policy.aggressive_threshold + EPS
+        bands[running <= aggressive_cap] = CODE["AGGRESSIVE_ONLY"]
+        bands[running <= never_cap] = CODE["WITHIN_FAIR_SHARE"]
+        return bands
+
+    key = ("fair_share_bands", now, policy.preemption_threshold, policy.aggressive_threshold)
+    result: IArr = cluster.cached(key, build)
+    return result
+
+
+def class_cost(cluster: Cluster, policy: Policy, now: float) -> FArr:
+    """checkpoint term + lost work + walltime term, halved when the tenant bursts above its share."""
+    def build() -> FArr:
+        n = cluster.slots
+        start, elapsed, _, has_wall = _times(cluster, now)
+        wall = cluster.a_wall[:n]
+        ckpt = cluster.a_ckpt[:n]
+        last = cluster.a_last_ckpt[:n]
+        since = np.where(np.isnan(last), start, np.maximum(start, np.where(np.isnan(last), start, last)))
+        lost = (now - since) / HOUR * cluster.a_nnodes[:n] * cluster.a_first_gpu[:n]
+        total = np.where(ckpt == 0, cluster.a_ckpt_min[:n],
+                         np.where(ckpt == 1, policy.checkpoint_timeout_minutes, lost))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f = np.where(has_wall, elapsed / (np.where(has_wall, wall, 1.0) * MINUTE), 0.0)
+        term = np.where(f >= 0.9 - EPS, 1000.0, np.where(f < 0.1 - EPS, 1.0, f * 100.0))
+        total = total + np.where(has_wall, term, 0.0)
+        tenant = cluster.a_tenant[:n]
+        shares = cluster.tenant_shares()
+        halve = cluster.t_burst[tenant] & (shares[tenant] > cluster.t_fair[tenant] + EPS)
+        result: FArr = np.where(halve, total / 2.0, total)
+        return result
+
+    result: FArr = cluster.cached(("cost", now, policy.checkpoint_timeout_minutes), build)
+    return result

@@ -1,23 +1,24 @@
 """Where a request may run: usable nodes, borrowing limits, fit checks, placement.
 
 Nodes fall in three kinds for a request of vCluster V:
-- own: V's home nodes (even lent out: the home always wins) and nodes under no
+- OWN: V's home nodes (even lent out: the home always wins) and nodes under no
   vCluster rule; never counted as borrowed;
-- borrowed: nodes V already borrows (listed in ``borrowed``; no lending limit);
-- lendable: idle nodes of other vClusters V may borrow, within each lender's
+- BORROWED: nodes V already borrows (listed in ``borrowed``; no lending limit);
+- LENDABLE: idle nodes of other vClusters V may borrow, within each lender's
   limit. They are idle, so victims never change them: they only add a constant
   number of placeable nodes per group.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from .cluster import EPS, Cluster
+import numpy as np
+
+from .cluster import EPS, NO_VC, BArr, Cluster, FArr, IArr, floor_limit
 from .model import Allocation
 
-OWN, BORROWED, LENDABLE = 0, 1, 2
+UNUSABLE, OWN, BORROWED, LENDABLE = -1, 0, 1, 2
 
 
 def is_non_preemptible(cluster: Cluster, req: Allocation) -> bool:
@@ -31,181 +32,251 @@ def is_non_preemptible(cluster: Cluster, req: Allocation) -> bool:
 
 
 class RequestView:
-    """The request's view of the cluster, computed once per decision."""
+    """The request's view of the cluster, computed once per decision with array operations."""
 
     def __init__(self, cluster: Cluster, req: Allocation) -> None:
         self.cluster = cluster
         self.req = req
         self.k = req.nodes
-        self.need = [(r, a) for r, a in sorted(req.per_node.items()) if a > 0]
         self.exclusive = req.exclusive
-        self.kind: dict[str, int] = {}
-        self.group_of: dict[str, str] = {}
-        self.lender_of: dict[str, str] = {}
-        self.lend_limit: dict[str, int] = {}
-        vc = cluster.vcluster_of(req.vcluster)
-        self.vc = vc
-        no_borrow = is_non_preemptible(cluster, req)
-        for name in self._candidate_nodes(vc, no_borrow):
-            node = cluster.nodes[name]
-            if not self._static_ok(name):
+        n = len(cluster.node_names)
+        need = np.zeros(len(cluster.res_names))
+        impossible = False
+        for r, amount in req.per_node.items():
+            if amount <= 0:
                 continue
-            if vc is None or node.vcluster is None or node.vcluster == vc.name:
-                self.kind[name] = OWN
-            elif node.borrowed_by == vc.name:
-                self.kind[name] = BORROWED
+            if r in cluster.res_index:
+                need[cluster.res_index[r]] = amount
             else:
-                self.kind[name] = LENDABLE
-                self.lender_of[name] = node.vcluster
-        # groups ("same" label) and the constant capacity lendable nodes add
-        self.groups: dict[str, list[str]] = {}
-        for name in self.kind:
-            g = cluster.nodes[name].labels[req.same] if req.same else ""
-            self.group_of[name] = g
-            self.groups.setdefault(g, []).append(name)
-        self.lendable_cap: dict[str, int] = {}
-        for g, names in self.groups.items():
-            per_lender: dict[str, int] = {}
-            for name in names:
-                if self.kind[name] == LENDABLE:
-                    lender = self.lender_of[name]
-                    per_lender[lender] = per_lender.get(lender, 0) + 1
-            self.lendable_cap[g] = sum(min(c, self.lend_limit[lender]) for lender, c in per_lender.items())
-        self.base_ok: set[str] = {n for n, kd in self.kind.items() if kd != LENDABLE and self.qualifies(n, None)}
-        self.base_count: dict[str, int] = {g: 0 for g in self.groups}
-        for n in self.base_ok:
-            self.base_count[self.group_of[n]] += 1
+                impossible = True
+        self.need: FArr = need
+        self.need_idx = np.flatnonzero(need > 0)
+        ok = cluster.ready.copy()
+        if impossible:
+            ok[:] = False
+        if len(self.need_idx):
+            ok &= np.all(cluster.cap[:, self.need_idx] + EPS >= need[self.need_idx], axis=1)
+        for key, value in req.labels.items():
+            ok &= self._label_mask(key, value)
+        codes: IArr = np.zeros(n, dtype=np.int64)
+        if req.same:
+            codes, present = self._label_codes(req.same)
+            ok &= present
+        self.group: IArr = codes
 
-    def _candidate_nodes(self, vc: object, no_borrow: bool) -> Iterable[str]:
+        kind: IArr = np.full(n, UNUSABLE, dtype=np.int64)
+        vc = cluster.vcluster_of(req.vcluster)
+        self.vc_idx = cluster.vc_index[vc.name] if vc is not None else NO_VC
+        self.lend_limit: dict[int, int] = {}
+        if vc is None:
+            kind[ok] = OWN
+        else:
+            v = self.vc_idx
+            own = ok & ((cluster.node_vc == v) | (cluster.node_vc == NO_VC))
+            kind[own] = OWN
+            if not is_non_preemptible(cluster, req):
+                borrowed = ok & ~own & (cluster.node_bb == v)
+                kind[borrowed] = BORROWED
+                if vc.allow_borrowing:
+                    for lname, lender in cluster.vclusters.items():
+                        li = cluster.vc_index[lname]
+                        if li == v or not lender.allow_lending:
+                            continue
+                        limit = floor_limit(int(cluster.vc_home_count[li]), lender.max_borrow_pct)
+                        limit -= int(cluster.vc_lent[li])
+                        if limit > 0:
+                            self.lend_limit[li] = limit
+                    if self.lend_limit:
+                        lenders = np.array(sorted(self.lend_limit), dtype=np.int64)
+                        lendable = (ok & (kind == UNUSABLE) & np.isin(cluster.node_vc, lenders)
+                                    & (cluster.node_bb == NO_VC) & (cluster.count == 0))
+                        kind[lendable] = LENDABLE
+        self.kind: IArr = kind
+        self.placeable: BArr = (kind == OWN) | (kind == BORROWED)
+        self.free: FArr = cluster.cap - cluster.used
+        base = self.placeable.copy()
+        if len(self.need_idx):
+            base &= np.all(self.free[:, self.need_idx] + EPS >= need[self.need_idx], axis=1)
+        if self.exclusive:
+            base &= cluster.count == 0
+        self.base_ok: BArr = base
+        usable = kind != UNUSABLE
+        self.groups: IArr = np.unique(codes[usable])
+        size = int(codes.max()) + 1 if n else 1
+        self.base_count: IArr = np.bincount(codes[base], minlength=size)
+        self.placeable_count: IArr = np.bincount(codes[self.placeable], minlength=size)
+        self.lendable_cap: IArr = np.zeros(size, dtype=np.int64)
+        lend_nodes = np.flatnonzero(kind == LENDABLE)
+        if len(lend_nodes):
+            pairs: dict[tuple[int, int], int] = {}
+            for node in lend_nodes.tolist():
+                pair = (int(codes[node]), int(cluster.node_vc[node]))
+                pairs[pair] = pairs.get(pair, 0) + 1
+            for (g, lender_idx), c in pairs.items():
+                self.lendable_cap[g] += min(c, self.lend_limit[lender_idx])
+
+    def _label_mask(self, key: str, value: str) -> BArr:
         cluster = self.cluster
-        if self.vc is None:
-            return cluster.nodes.keys()
-        vname = self.vc.name
-        names: list[str] = list(cluster.vc_nodes.get(vname, ()))
-        names.extend(cluster.vc_nodes.get(None, ()))
-        if no_borrow:
-            return names
-        names.extend(cluster.borrowed_by_vc.get(vname, ()))
-        if not self.vc.allow_borrowing:
-            return names
-        for lender_name, lender in cluster.vclusters.items():
-            if lender_name == vname or not lender.allow_lending:
-                continue
-            home = cluster.vc_nodes.get(lender_name, ())
-            limit = math.floor(len(home) * lender.max_borrow_pct + EPS) - cluster.vc_lent.get(lender_name, 0)
-            if limit <= 0:
-                continue
-            self.lend_limit[lender_name] = limit
-            for name in home:
-                node = cluster.nodes[name]
-                if node.borrowed_by is None and cluster.is_idle(name):
-                    names.append(name)
-        return names
 
-    def _static_ok(self, name: str) -> bool:
-        node = self.cluster.nodes[name]
-        if node.state != "ready":
-            return False
-        labels = node.labels
-        for k, v in self.req.labels.items():
-            if labels.get(k) != v:
-                return False
-        if self.req.same and self.req.same not in labels:
-            return False
-        cap = node.capacity
-        return all(cap.get(r, 0.0) + EPS >= a for r, a in self.need)
+        def build() -> BArr:
+            return np.array([cluster.nodes[nm].labels.get(key) == value for nm in cluster.node_names], dtype=bool)
 
-    # -- fit checks ----------------------------------------------------------
-    def qualifies(self, name: str, gone: Iterable[Allocation] | None) -> bool:
-        """Does the request fit on this own/borrowed node once ``gone`` have left?"""
+        result: BArr = cluster.cached(("label", key, value), build)
+        return result
+
+    def _label_codes(self, key: str) -> tuple[IArr, BArr]:
         cluster = self.cluster
-        node = cluster.nodes[name]
-        used = cluster.used[name]
-        freed: dict[str, float] = {}
-        gone_ids: set[str] = set()
-        if gone is not None:
-            for a in gone:
-                res = a.placement.get(name)
-                if res is None:
-                    continue
-                gone_ids.add(a.id)
-                for r, amount in res.items():
-                    freed[r] = freed.get(r, 0.0) + amount
-        if self.exclusive and any(i not in gone_ids for i in cluster.on_node[name]):
-            return False
-        cap = node.capacity
-        for r, amount in self.need:
-            if cap.get(r, 0.0) - used.get(r, 0.0) + freed.get(r, 0.0) + EPS < amount:
-                return False
-        return True
 
-    def touched(self, victims: Iterable[Allocation]) -> dict[str, list[Allocation]]:
-        out: dict[str, list[Allocation]] = {}
-        for a in victims:
-            for name in a.placement:
-                kd = self.kind.get(name)
-                if kd is not None and kd != LENDABLE:
-                    out.setdefault(name, []).append(a)
-        return out
+        def build() -> tuple[IArr, BArr]:
+            values = [cluster.nodes[nm].labels.get(key) for nm in cluster.node_names]
+            distinct = sorted({v for v in values if v is not None})
+            index = {v: i for i, v in enumerate(distinct)}
+            codes = np.array([index.get(v, 0) if v is not None else 0 for v in values], dtype=np.int64)
+            present = np.array([v is not None for v in values], dtype=bool)
+            return codes, present
 
-    def qualifying_after(self, victims: Iterable[Allocation]) -> set[str]:
-        ok = set(self.base_ok)
-        for name, gone in self.touched(victims).items():
-            if name not in ok and self.qualifies(name, gone):
-                ok.add(name)
-        return ok
+        result: tuple[IArr, BArr] = cluster.cached(("label_codes", key), build)
+        return result
 
-    def feasible(self, victims: Iterable[Allocation]) -> bool:
-        counts = dict(self.base_count)
-        for name, gone in self.touched(victims).items():
-            if name not in self.base_ok and self.qualifies(name, gone):
-                counts[self.group_of[name]] += 1
-        return any(counts[g] + self.lendable_cap[g] >= self.k for g in counts)
-
+    # -- fit checks ----------------------------------------------------------------
     def fits_now(self) -> bool:
-        return any(self.base_count[g] + self.lendable_cap[g] >= self.k for g in self.groups)
+        return bool(np.any(self.base_count + self.lendable_cap >= self.k))
 
     def usable_if_empty(self) -> bool:
         """NO_USABLE_NODES test: a placement with every allocation gone."""
-        for g, names in self.groups.items():
-            count = sum(1 for n in names if self.kind[n] != LENDABLE)
-            if count + self.lendable_cap[g] >= self.k:
-                return True
-        return False
+        return bool(np.any(self.placeable_count + self.lendable_cap >= self.k))
 
-    # -- the reported placement ----------------------------------------------
-    def place(self, ok: set[str]) -> tuple[list[str], list[str]] | None:
+    def is_usable(self, name: str) -> bool:
+        i = self.cluster.node_index.get(name)
+        return i is not None and self.kind[i] != UNUSABLE
+
+    def fits_node(self, node: int, freed: FArr, gone_entries: int) -> bool:
+        if self.exclusive and int(self.cluster.count[node]) != gone_entries:
+            return False
+        idx = self.need_idx
+        return bool(np.all(self.free[node, idx] + freed[idx] + EPS >= self.need[idx]))
+
+    def touched(self, victims: Iterable[int]) -> dict[int, list[int]]:
+        """Placeable nodes touched by the victims (slots) -> the entries freed there."""
+        cluster = self.cluster
+        out: dict[int, list[int]] = {}
+        for s in victims:
+            for e in cluster.a_entries[s]:
+                node = int(cluster.e_node[e])
+                if self.placeable[node]:
+                    out.setdefault(node, []).append(e)
+        return out
+
+    def qualifies(self, node: int, victims: Iterable[int]) -> bool:
+        """Does the request fit on this placeable node once ``victims`` (slots) have left?"""
+        cluster = self.cluster
+        freed = np.zeros(len(cluster.res_names))
+        gone = 0
+        for s in victims:
+            for e in cluster.a_entries[s]:
+                if cluster.e_node[e] == node:
+                    freed += cluster.e_res[e]
+                    gone += 1
+        return self.fits_node(node, freed, gone)
+
+    def qualifying_after(self, victims: Sequence[int]) -> BArr:
+        ok = self.base_ok.copy()
+        cluster = self.cluster
+        for node, entries in self.touched(victims).items():
+            if not ok[node]:
+                freed = cluster.e_res[entries].sum(axis=0)
+                ok[node] = self.fits_node(node, freed, len(entries))
+        return ok
+
+    def feasible(self, victims: Sequence[int]) -> bool:
+        counts: dict[int, int] = {}
+        cluster = self.cluster
+        for node, entries in self.touched(victims).items():
+            if not self.base_ok[node]:
+                freed = cluster.e_res[entries].sum(axis=0)
+                if self.fits_node(node, freed, len(entries)):
+                    g = int(self.group[node])
+                    counts[g] = counts.get(g, 0) + 1
+        if any(self.base_count[g] + self.lendable_cap[g] + c >= self.k for g, c in counts.items()):
+            return True
+        return self.fits_now()
+
+    # -- the reported placement ------------------------------------------------------
+    def place(self, ok: BArr) -> tuple[list[str], list[str]] | None:
         """Best placement among qualifying nodes: fewest borrowed, then smallest names."""
+        names = self.cluster.node_names
         best: tuple[int, list[str], list[str]] | None = None
-        for names in self.groups.values():
-            own = sorted(n for n in names if n in ok and self.kind[n] == OWN)
+        own_ok = ok & (self.kind == OWN)
+        pool_mask = (ok & (self.kind == BORROWED)) | (self.kind == LENDABLE)
+        for g in self.groups.tolist():
+            in_g = self.group == g
+            own = np.flatnonzero(own_ok & in_g)
+            choice: tuple[int, list[str], list[str]]
             if len(own) >= self.k:
-                choice: tuple[int, list[str], list[str]] = (0, own[: self.k], [])
+                choice = (0, [names[i] for i in own[: self.k]], [])
             else:
                 want = self.k - len(own)
-                pool = sorted(
-                    n for n in names
-                    if (self.kind[n] == BORROWED and n in ok) or self.kind[n] == LENDABLE
-                )
                 left = dict(self.lend_limit)
-                taken: list[str] = []
-                for n in pool:
+                taken: list[int] = []
+                for i in np.flatnonzero(pool_mask & in_g).tolist():
                     if len(taken) == want:
                         break
-                    if self.kind[n] == LENDABLE:
-                        lender = self.lender_of[n]
+                    if self.kind[i] == LENDABLE:
+                        lender = int(self.cluster.node_vc[i])
                         if left[lender] <= 0:
                             continue
                         left[lender] -= 1
-                    taken.append(n)
+                    taken.append(i)
                 if len(taken) < want:
                     continue
-                choice = (want, sorted(own + taken), sorted(taken))
+                chosen = sorted([*own.tolist(), *taken])
+                choice = (want, [names[i] for i in chosen], [names[i] for i in sorted(taken)])
             if best is None or (choice[0], choice[1]) < (best[0], best[1]):
                 best = choice
         if best is None:
             return None
         return best[1], best[2]
 
-    def is_usable(self, name: str) -> bool:
-        return name in self.kind
+
+class FitCounter:
+    """Incremental feasibility of a changing victim set (for give-back passes)."""
+
+    def __init__(self, view: RequestView, victims: Iterable[int]) -> None:
+        self.view = view
+        self.cluster = view.cluster
+        self.freed: dict[int, FArr] = {}
+        self.gone: dict[int, int] = {}
+        self.fit: dict[int, bool] = {}
+        self.extra: dict[int, int] = {}
+        for s in victims:
+            self._apply(s, +1)
+
+    def _apply(self, slot: int, sign: int) -> None:
+        view, cluster = self.view, self.cluster
+        for e in cluster.a_entries[slot]:
+            node = int(cluster.e_node[e])
+            if not view.placeable[node] or view.base_ok[node]:
+                continue
+            freed = self.freed.get(node)
+            if freed is None:
+                freed = self.freed[node] = np.zeros(len(cluster.res_names))
+            freed += sign * cluster.e_res[e]
+            self.gone[node] = self.gone.get(node, 0) + sign
+            now_fits = view.fits_node(node, freed, self.gone[node])
+            was = self.fit.get(node, False)
+            if now_fits != was:
+                g = int(view.group[node])
+                self.extra[g] = self.extra.get(g, 0) + (1 if now_fits else -1)
+                self.fit[node] = now_fits
+
+    def add(self, slot: int) -> None:
+        self._apply(slot, +1)
+
+    def remove(self, slot: int) -> None:
+        self._apply(slot, -1)
+
+    def fits(self) -> bool:
+        view = self.view
+        if any(view.base_count[g] + view.lendable_cap[g] + c >= view.k for g, c in self.extra.items() if c):
+            return True
+        return view.fits_now()

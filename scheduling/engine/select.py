@@ -1,38 +1,79 @@
-"""Choosing victims among eligible candidates: best set, per-node priority, ordered greedy."""
+"""Choosing victims among eligible candidates (slots of the snapshot).
+
+- class_cost: the cheapest feasible set (best set). Single-node requests are
+  exact at any size: the best single victim is found with array operations and
+  only nodes whose two cheapest candidates could beat it are searched exactly.
+  Several nodes: exact branch and bound up to 20 candidates, else node-by-node
+  greedy then trimming.
+- priority: per node, take every candidate off and give back the most
+  important first; pick nodes by the node rule.
+- queue, rank, fair_share: the literal ordered greedy walk, computed per node
+  from a cached walk order so no decision re-sorts all allocations.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .cluster import EPS
-from .eligibility import start_of
-from .model import Allocation
-from .placement import LENDABLE, RequestView
+import numpy as np
+
+from .cluster import EPS, BArr, Cluster, FArr, IArr
+from .placement import FitCounter, RequestView
 
 COST_EPS = 1e-6
 EXACT_LIMIT = 20
-# Search steps before the exact best-set search settles for what it has found.
+# Search steps before the exact search settles for what it has found (>20 candidates only).
 STEP_BUDGET = 200_000
 
 
 @dataclass(slots=True)
 class Selection:
-    victims: list[Allocation] | None
+    victims: list[int] | None
     code: str | None = None  # failure code when victims is None
-    skipped: set[str] = field(default_factory=set)  # rank: skipped by the never-below rule
+    skipped: set[int] = field(default_factory=set)  # rank: skipped by the never-below rule
 
 
-# -- class_cost: best set -------------------------------------------------------
+def pool_entries(view: RequestView, pool: BArr) -> IArr:
+    """Live entries of pool slots on placeable nodes that do not already fit."""
+    cluster = view.cluster
+    live = cluster.live_entries()
+    slots, nodes = cluster.e_alloc[live], cluster.e_node[live]
+    keep = pool[slots] & view.placeable[nodes] & ~view.base_ok[nodes]
+    result: IArr = live[keep]
+    return result
 
-@dataclass(slots=True)
-class _Best:
-    victims: list[Allocation] | None = None
-    cost: float = 0.0
-    steps: int = 0
+
+def _node_sums(view: RequestView, ents: IArr) -> tuple[FArr, IArr]:
+    cluster = view.cluster
+    n = len(cluster.node_names)
+    nodes = cluster.e_node[ents]
+    freed = np.zeros((n, len(cluster.res_names)))
+    for r in view.need_idx.tolist():
+        freed[:, r] = np.bincount(nodes, weights=cluster.e_res[ents, r], minlength=n)
+    return freed, np.bincount(nodes, minlength=n)
 
 
-def _better(cost: float, victims: Sequence[Allocation], best: _Best, now: float) -> bool:
+def potential_nodes(view: RequestView, ents: IArr) -> tuple[BArr, FArr]:
+    """Nodes where removing every pool entry would make the request fit."""
+    cluster = view.cluster
+    freed, count = _node_sums(view, ents)
+    ok = view.placeable & ~view.base_ok
+    idx = view.need_idx
+    if len(idx):
+        ok &= np.all(view.free[:, idx] + freed[:, idx] + EPS >= view.need[idx], axis=1)
+    if view.exclusive:
+        ok &= count == cluster.count
+    return ok, freed
+
+
+def feasible_with_all(view: RequestView, potential: BArr) -> bool:
+    counts = view.base_count + view.lendable_cap
+    extra = np.bincount(view.group[potential], minlength=len(counts))
+    return bool(np.any(counts + extra[: len(counts)] >= view.k))
+
+
+def _better(cost: float, victims: Sequence[int], best: _Best, start: FArr, rank: IArr) -> bool:
     if best.victims is None:
         return True
     if cost < best.cost - COST_EPS:
@@ -41,33 +82,40 @@ def _better(cost: float, victims: Sequence[Allocation], best: _Best, now: float)
         return False
     if len(victims) != len(best.victims):
         return len(victims) < len(best.victims)
-    mine = min(start_of(a, now) for a in victims)
-    theirs = min(start_of(a, now) for a in best.victims)
+    mine = float(start[list(victims)].min())
+    theirs = float(start[best.victims].min())
     if abs(mine - theirs) > EPS:
         return mine > theirs
-    return sorted(a.id for a in victims) < sorted(a.id for a in best.victims)
+    ids = [int(x) for x in sorted(rank[list(victims)])]
+    return ids < [int(x) for x in sorted(rank[best.victims])]
 
 
-def _search(items: list[Allocation], costs: dict[str, float], bound: int | None, best: _Best,
-            now: float, fits: Callable[[list[Allocation]], bool]) -> None:
-    """Branch and bound over subsets of ``items`` (sorted by cost), keeping the best feasible."""
+@dataclass(slots=True)
+class _Best:
+    victims: list[int] | None = None
+    cost: float = 0.0
+    steps: int = 0
+
+
+def _search(items: list[int], cost: FArr, bound: int | None, best: _Best, start: FArr, rank: IArr,
+            fits: Callable[[list[int]], bool]) -> None:
+    """Branch and bound over subsets of ``items``, keeping the best feasible set."""
     n = len(items)
+    costs = [float(cost[s]) for s in items]
 
-    def dfs(i: int, chosen: list[Allocation], total: float) -> None:
+    def dfs(i: int, chosen: list[int], total: float) -> None:
         best.steps += 1
         if chosen and fits(chosen):
-            if _better(total, chosen, best, now):
+            if _better(total, chosen, best, start, rank):
                 best.victims, best.cost = list(chosen), total
             return
         if i == n or (bound is not None and len(chosen) >= bound) or best.steps > STEP_BUDGET:
             return
         if not fits(chosen + items[i:]):
             return
-        c = costs[items[i].id]
-        t = total + c
-        if best.victims is None or t < best.cost + COST_EPS and not (
-            t > best.cost - COST_EPS and len(chosen) + 1 > len(best.victims)
-        ):
+        t = total + costs[i]
+        if best.victims is None or (t < best.cost + COST_EPS
+                                    and not (t > best.cost - COST_EPS and len(chosen) + 1 > len(best.victims))):
             chosen.append(items[i])
             dfs(i + 1, chosen, t)
             chosen.pop()
@@ -76,216 +124,495 @@ def _search(items: list[Allocation], costs: dict[str, float], bound: int | None,
     dfs(0, [], 0.0)
 
 
-def _by_cost(pool: Sequence[Allocation], costs: dict[str, float], now: float) -> list[Allocation]:
-    return sorted(pool, key=lambda a: (costs[a.id], -start_of(a, now), a.id))
+def _by_cost(slots: Sequence[int], cost: FArr, start: FArr, rank: IArr) -> list[int]:
+    return sorted(slots, key=lambda s: (float(cost[s]), -float(start[s]), int(rank[s])))
 
 
-def _on_node(view: RequestView, pool: Sequence[Allocation]) -> dict[str, list[Allocation]]:
-    per: dict[str, list[Allocation]] = {}
-    for a in pool:
-        for name in a.placement:
-            kd = view.kind.get(name)
-            if kd is not None and kd != LENDABLE:
-                per.setdefault(name, []).append(a)
-    return per
-
-
-def _node_fit(view: RequestView, name: str) -> Callable[[list[Allocation]], bool]:
-    def fits(victims: list[Allocation]) -> bool:
-        return view.qualifies(name, victims)
+def _node_fit(view: RequestView, node: int) -> Callable[[list[int]], bool]:
+    def fits(victims: list[int]) -> bool:
+        return view.qualifies(node, victims)
 
     return fits
 
 
-def best_cost_set(view: RequestView, pool: Sequence[Allocation], costs: dict[str, float],
-                  bound: int | None, now: float) -> _Best:
-    """The cheapest feasible set within ``bound`` (exact up to EXACT_LIMIT candidates)."""
-    best = _Best()
-    if view.k == 1:
-        # A single-node request only ever needs victims on the node it lands on.
-        for name, local in sorted(_on_node(view, pool).items()):
-            if name in view.base_ok:
-                continue
-            best.steps = 0
-            _search(_by_cost(local, costs, now), costs, bound, best, now, _node_fit(view, name))
-        return best
-    if len(pool) <= EXACT_LIMIT:
-        _search(_by_cost(pool, costs, now), costs, bound, best, now, view.feasible)
-        if best.steps <= STEP_BUDGET:
-            return best
-    heuristic = _greedy_by_node(view, pool, costs, bound, now)
-    if heuristic.victims is not None and _better(heuristic.cost, heuristic.victims, best, now):
-        return heuristic
-    return best
+# -- class_cost -------------------------------------------------------------------------
 
-
-def _greedy_by_node(view: RequestView, pool: Sequence[Allocation], costs: dict[str, float],
-                    bound: int | None, now: float) -> _Best:
-    """Heuristic for many candidates: free the cheapest nodes one by one, then trim."""
-    local: list[tuple[float, str, list[Allocation]]] = []
-    for name, cands in _on_node(view, pool).items():
-        if name in view.base_ok:
-            continue
-        nb = _Best()
-        _search(_by_cost(cands, costs, now)[:12], costs, None, nb, now, _node_fit(view, name))
-        if nb.victims is not None:
-            local.append((nb.cost, name, nb.victims))
-    local.sort(key=lambda t: (t[0], t[1]))
-    taken: dict[str, Allocation] = {}
-    for _, _, victims in local:
-        for a in victims:
-            taken[a.id] = a
-        if view.feasible(list(taken.values())):
-            break
-    else:
-        return _Best()
-    chosen = sorted(taken.values(), key=lambda a: (-costs[a.id], a.id))
-    for a in list(chosen):
-        trial = [x for x in chosen if x is not a]
-        if trial and view.feasible(trial):
-            chosen = trial
-    if bound is not None and len(chosen) > bound:
-        return _Best()
-    return _Best(victims=chosen, cost=sum(costs[a.id] for a in chosen))
-
-
-def select_class_cost(view: RequestView, pool: Sequence[Allocation], costs: dict[str, float],
-                      bound: int | None, value: float | None, now: float) -> Selection:
-    if not pool or not view.feasible(pool):
+def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bound: int | None,
+                      value: float | None, cost_key: tuple[float, float]) -> Selection:
+    ents = pool_entries(view, pool)
+    potential, _ = potential_nodes(view, ents)
+    if not len(ents) or not feasible_with_all(view, potential):
         return Selection(None, "NO_FEASIBLE_SET")
-    best = best_cost_set(view, pool, costs, bound, now)
+    rank = view.cluster.id_rank()
+    if view.k == 1:
+        best = _best_single_node(view, ents, potential, cost, start, rank, bound, cost_key)
+    else:
+        best = _Best()
+        eligible = int(pool.sum())  # the contract's "at most 20 eligible" is about this count
+        if eligible <= EXACT_LIMIT:
+            slots = np.unique(view.cluster.e_alloc[ents]).tolist()
+            _search(_by_cost(slots, cost, start, rank), cost, bound, best, start, rank, view.feasible)
+        if best.victims is None and (eligible > EXACT_LIMIT or best.steps > STEP_BUDGET):
+            best = _greedy_by_node(view, ents, potential, cost, start, rank, bound)
     if best.victims is None:
         return Selection(None, "EXCEEDS_MAX_VICTIMS")
     if value is not None and not best.cost < value - COST_EPS:
         return Selection(None, "COST_EXCEEDS_VALUE")
-    return Selection(sorted(best.victims, key=lambda a: a.id))
+    return Selection(sorted(best.victims))
 
 
-# -- priority: per-node minimal victims -----------------------------------------
+def _entry_mask(cluster: Cluster, ents: IArr) -> BArr:
+    mask = np.zeros(len(cluster.e_alloc), dtype=bool)
+    mask[ents] = True
+    return mask
 
-def _importance(a: Allocation, now: float, newest: bool) -> tuple[int, float, str]:
-    start = start_of(a, now)
-    return (-a.priority, start if newest else -start, a.id)
+
+def _cost_order(view: RequestView, cost: FArr, key: tuple[float, float]) -> IArr:
+    """Live entries grouped by node, cheapest first (cached: cost depends on the snapshot only)."""
+    cluster = view.cluster
+    live = cluster.live_entries()
+
+    def build() -> IArr:
+        order = np.lexsort((cost[cluster.e_alloc[live]], cluster.e_node[live]))
+        result: IArr = live[order]
+        return result
+
+    result: IArr = cluster.cached(("cost_order", *key), build)
+    return result
 
 
-def _node_victims(view: RequestView, name: str, local: list[Allocation], gone: list[Allocation],
-                  now: float, newest: bool) -> list[Allocation] | None:
-    gone_ids = {a.id for a in gone}
-    fresh = [a for a in local if a.id not in gone_ids]
-    if not view.qualifies(name, gone + fresh):
+def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr, start: FArr, rank: IArr,
+                      bound: int | None, cost_key: tuple[float, float]) -> _Best:
+    cluster = view.cluster
+    best = _Best()
+    if bound is not None and bound < 1:
+        return best
+    nodes = cluster.e_node[ents]
+    slots = cluster.e_alloc[ents]
+    idx = view.need_idx
+    single = potential[nodes].copy()
+    if len(idx):
+        single &= np.all(view.free[nodes][:, idx] + cluster.e_res[ents][:, idx] + EPS >= view.need[idx], axis=1)
+    if view.exclusive:
+        single &= cluster.count[nodes] == 1
+    if single.any():
+        s = np.unique(slots[single])
+        c = cost[s]
+        tied = s[c <= c.min() + COST_EPS]
+        pick = min(tied.tolist(), key=lambda x: (float(cost[x]), -float(start[x]), int(rank[x])))
+        best.victims, best.cost = [pick], float(cost[pick])
+    if bound is not None and bound < 2:
+        return best
+    # A set of two or more victims on a node costs at least its two cheapest candidates.
+    order = _cost_order(view, cost, cost_key)
+    ordered = order[_entry_mask(cluster, ents)[order]]
+    onode = cluster.e_node[ordered]
+    first = np.r_[True, onode[1:] != onode[:-1]] if len(onode) else np.zeros(0, dtype=bool)
+    pos = np.arange(len(ordered))
+    seg = np.maximum.accumulate(np.where(first, pos, 0)) if len(pos) else pos
+    rank_in = pos - seg
+    second = ordered[rank_in == 1]
+    firsts = ordered[rank_in == 0]
+    lower = np.full(len(cluster.node_names), np.inf)
+    lower[cluster.e_node[second]] = cost[cluster.e_alloc[second]]
+    lower[cluster.e_node[firsts]] += cost[cluster.e_alloc[firsts]]
+    lower[~potential] = np.inf
+    candidates = np.flatnonzero(lower < np.inf)
+    for node in candidates[np.argsort(lower[candidates], kind="stable")].tolist():
+        if best.victims is not None and lower[node] > best.cost + COST_EPS:
+            break
+        local = np.unique(cluster.e_alloc[ordered[onode == node]]).tolist()
+        best.steps = 0
+        _search(_by_cost(local, cost, start, rank), cost, bound, best, start, rank, _node_fit(view, node))
+    return best
+
+
+def _greedy_by_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr, start: FArr, rank: IArr,
+                    bound: int | None) -> _Best:
+    """Heuristic for many candidates: free the cheapest nodes, then trim what is not needed."""
+    cluster = view.cluster
+    nodes = cluster.e_node[ents]
+    slots = cluster.e_alloc[ents]
+    idx = view.need_idx
+    single = potential[nodes].copy()
+    if len(idx):
+        single &= np.all(view.free[nodes][:, idx] + cluster.e_res[ents][:, idx] + EPS >= view.need[idx], axis=1)
+    if view.exclusive:
+        single &= cluster.count[nodes] == 1
+    n = len(cluster.node_names)
+    whole = np.bincount(nodes, weights=cost[slots], minlength=n)  # every candidate on the node
+    local = np.where(potential, whole, np.inf)
+    single_cost = np.full(n, np.inf)
+    np.minimum.at(single_cost, nodes[single], cost[slots[single]])
+    local = np.minimum(local, single_cost)
+    best = _Best()
+    for g in view.groups.tolist():
+        want = view.k - int(view.base_count[g]) - int(view.lendable_cap[g])
+        cand = np.flatnonzero(potential & (view.group == g))
+        if want <= 0 or len(cand) < want:
+            continue
+        chosen = cand[np.argsort(local[cand], kind="stable")[:want]]
+        victims: set[int] = set()
+        for node in chosen.tolist():
+            here = nodes == node
+            on_slots = slots[here]
+            if single_cost[node] <= local[node]:
+                cheapest = on_slots[single[here] & (cost[on_slots] <= single_cost[node] + COST_EPS)]
+                victims.add(int(cheapest[0]))
+            else:
+                victims.update(int(x) for x in on_slots)
+        trimmed = _trim(view, sorted(victims, key=lambda s: (-float(cost[s]), -int(rank[s]))))
+        if bound is not None and len(trimmed) > bound:
+            continue
+        total = float(cost[trimmed].sum())
+        if _better(total, trimmed, best, start, rank):
+            best.victims, best.cost = trimmed, total
+    return best
+
+
+def _trim(view: RequestView, victims: list[int]) -> list[int]:
+    """Give back, in the given order, every victim the request does not need."""
+    counter = FitCounter(view, victims)
+    kept = []
+    for s in victims:
+        counter.remove(s)
+        if not counter.fits():
+            counter.add(s)
+            kept.append(s)
+    return sorted(kept)
+
+
+# -- priority ----------------------------------------------------------------------------
+
+def _importance_order(view: RequestView, start: FArr, newest: bool, now: float) -> IArr:
+    cluster = view.cluster
+    live = cluster.live_entries()
+
+    def build() -> IArr:
+        slots = cluster.e_alloc[live]
+        st = start[slots]
+        order = np.lexsort((cluster.id_rank()[slots], st if newest else -st, -cluster.a_prio[slots],
+                            cluster.e_node[live]))
+        result: IArr = live[order]
+        return result
+
+    result: IArr = cluster.cached(("importance", newest, now), build)
+    return result
+
+
+def _node_keys(view: RequestView, victim_ents: IArr, start: FArr, newest: bool) -> dict[str, FArr]:
+    cluster = view.cluster
+    n = len(cluster.node_names)
+    nodes = cluster.e_node[victim_ents]
+    slots = cluster.e_alloc[victim_ents]
+    prio = cluster.a_prio[slots].astype(float)
+    top = np.full(n, -1.0)
+    np.maximum.at(top, nodes, prio)
+    count = np.bincount(nodes, minlength=n).astype(float)
+    total = np.bincount(nodes, weights=prio, minlength=n)
+    at_top = prio == top[nodes]
+    earliest = np.full(n, np.inf)
+    np.minimum.at(earliest, nodes[at_top], start[slots[at_top]])
+    earliest[count == 0] = 0.0
+    return {"top": top, "count": count, "sum": total, "start": -earliest if newest else earliest}
+
+
+def _best_node(keys: dict[str, FArr], allowed: BArr) -> int | None:
+    cand = np.flatnonzero(allowed)
+    if not len(cand):
         return None
-    victims = list(fresh)
-    for a in sorted(fresh, key=lambda x: _importance(x, now, newest)):
-        trial = [x for x in victims if x is not a]
-        if view.qualifies(name, gone + trial):
-            victims = trial
-    return victims
+    for name in ("top", "count", "sum", "start"):
+        values = keys[name][cand]
+        cand = cand[values <= values.min() + EPS] if name == "start" else cand[values == values.min()]
+    return int(cand[0])
 
 
-def _victim_key(victims: list[Allocation], now: float, newest: bool) -> tuple[float, ...]:
-    if not victims:
-        return (-1.0, 0.0, 0.0, 0.0)
-    top = max(a.priority for a in victims)
-    earliest = min(start_of(a, now) for a in victims if a.priority == top)
-    return (float(top), float(len(victims)), float(sum(a.priority for a in victims)),
-            -earliest if newest else earliest)
-
-
-def select_priority(view: RequestView, pool: Sequence[Allocation], bound: int | None,
-                    now: float, newest: bool) -> Selection:
-    if not pool or not view.feasible(pool):
+def select_priority(view: RequestView, pool: BArr, start: FArr, bound: int | None, now: float,
+                    newest: bool) -> Selection:
+    cluster = view.cluster
+    ents = pool_entries(view, pool)
+    potential, freed = potential_nodes(view, ents)
+    if not len(ents) or not feasible_with_all(view, potential):
         return Selection(None, "NO_FEASIBLE_SET")
-    per_node = _on_node(view, pool)
-    best: tuple[tuple[float, ...], list[str], list[Allocation]] | None = None
+    order = _importance_order(view, start, newest, now)
+    ordered = order[_entry_mask(cluster, ents)[order] & potential[cluster.e_node[order]]]
+    victim_ents = _per_node_victims(view, ordered, freed)
+    keys = _node_keys(view, victim_ents, start, newest)
+    per_node = _NodeVictims(cluster, victim_ents)
+    if view.k == 1:
+        allowed = potential.copy()
+        if bound is not None:
+            allowed &= keys["count"] <= bound
+        node = _best_node(keys, allowed)
+        if node is None:
+            return Selection(None, "EXCEEDS_MAX_VICTIMS")
+        return Selection(sorted(per_node.get(node)))
+    best: tuple[tuple[float, ...], list[str], list[int]] | None = None
     over_bound = False
-    for _group, names in sorted(view.groups.items()):
-        picked = _pick_nodes(view, names, per_node, now, newest)
+    for g in view.groups.tolist():
+        picked = _pick_nodes(view, g, potential, keys, per_node, ordered, start, newest)
         if picked is None:
             continue
         chosen, victims = picked
         if bound is not None and len(victims) > bound:
             over_bound = True
             continue
-        key = _victim_key(victims, now, newest)
-        if best is None or (key, sorted(chosen)) < (best[0], best[1]):
-            best = (key, sorted(chosen), victims)
+        key = _set_key(cluster, victims, start, newest)
+        names = sorted(cluster.node_names[i] for i in chosen)
+        if best is None or (key, names) < (best[0], best[1]):
+            best = (key, names, victims)
     if best is None:
         return Selection(None, "EXCEEDS_MAX_VICTIMS" if over_bound else "NO_FEASIBLE_SET")
-    return Selection(sorted(best[2], key=lambda a: a.id))
+    return Selection(sorted(best[2]))
 
 
-def _pick_nodes(view: RequestView, names: list[str], per_node: dict[str, list[Allocation]],
-                now: float, newest: bool) -> tuple[list[str], list[Allocation]] | None:
-    chosen: list[str] = []
-    gone: list[Allocation] = []
-    left = dict(view.lend_limit)
-    if view.k == 1:
-        # Every node is judged on its own; keep the best.
-        best: tuple[tuple[float, ...], str, list[Allocation]] | None = None
-        for name in names:
-            if view.kind[name] == LENDABLE:
-                continue
-            victims = _node_victims(view, name, per_node.get(name, []), [], now, newest)
-            if victims is None:
-                continue
-            key = _victim_key(victims, now, newest)
-            if best is None or (key, name) < (best[0], best[1]):
-                best = (key, name, victims)
-        return None if best is None else ([best[1]], best[2])
-    for _ in range(view.k):
-        step: tuple[tuple[float, ...], str, list[Allocation]] | None = None
-        for name in names:
-            if name in chosen:
-                continue
-            if view.kind[name] == LENDABLE:
-                if left.get(view.lender_of[name], 0) <= 0:
-                    continue
-                found: list[Allocation] | None = []
-            else:
-                found = _node_victims(view, name, per_node.get(name, []), gone, now, newest)
-            if found is None:
-                continue
-            key = _victim_key(found, now, newest)
-            if step is None or (key, name) < (step[0], step[1]):
-                step = (key, name, found)
-        if step is None:
-            return None
-        chosen.append(step[1])
-        if view.kind[step[1]] == LENDABLE:
-            left[view.lender_of[step[1]]] -= 1
-        gone.extend(step[2])
-    # Give back, most important first, every victim no longer needed. Fit is checked on
-    # any placement, not only the nodes picked: a gang victim may have freed others, and
-    # the result must stay minimal (section 4.5). The reported nodes are placed afresh.
-    victims = list(gone)
-    for a in sorted(gone, key=lambda x: _importance(x, now, newest)):
-        trial = [x for x in victims if x is not a]
-        if trial and view.feasible(trial):
+class _NodeVictims:
+    """Victim slots per node, read from entries grouped by node (no per-entry Python loop)."""
+
+    def __init__(self, cluster: Cluster, victim_ents: IArr) -> None:
+        self.nodes = cluster.e_node[victim_ents]
+        self.slots = cluster.e_alloc[victim_ents]
+
+    def get(self, node: int) -> list[int]:
+        lo, hi = np.searchsorted(self.nodes, [node, node + 1])
+        return [int(x) for x in self.slots[lo:hi]]
+
+
+def _per_node_victims(view: RequestView, ordered: IArr, freed: FArr) -> IArr:
+    """Every candidate off each node, then give back, most important first, what still fits."""
+    cluster = view.cluster
+    if not len(ordered):
+        return ordered
+    nodes = cluster.e_node[ordered]
+    first = np.r_[True, nodes[1:] != nodes[:-1]]
+    pos = np.arange(len(ordered))
+    rank_in = pos - np.maximum.accumulate(np.where(first, pos, 0))
+    idx = view.need_idx
+    remaining = view.free + freed
+    victim = np.zeros(len(ordered), dtype=bool)
+    for j in range(int(rank_in.max()) + 1):
+        sel = np.flatnonzero(rank_in == j)
+        nd = nodes[sel]
+        back = cluster.e_res[ordered[sel]]
+        if view.exclusive:
+            ok = np.zeros(len(sel), dtype=bool)
+        elif len(idx):
+            ok = np.all(remaining[nd][:, idx] - back[:, idx] + EPS >= view.need[idx], axis=1)
+        else:
+            ok = np.ones(len(sel), dtype=bool)
+        remaining[nd[ok]] -= back[ok]
+        victim[sel[~ok]] = True
+    result: IArr = ordered[victim]
+    return result
+
+
+def _set_key(cluster: Cluster, victims: list[int], start: FArr, newest: bool) -> tuple[float, ...]:
+    if not victims:
+        return (-1.0, 0.0, 0.0, 0.0)
+    prio = cluster.a_prio[victims]
+    top = int(prio.max())
+    earliest = float(start[[v for v in victims if cluster.a_prio[v] == top]].min())
+    return (float(top), float(len(victims)), float(prio.sum()), -earliest if newest else earliest)
+
+
+def _node_victims_after(view: RequestView, node: int, ordered: IArr, gone: set[int]) -> list[int] | None:
+    """The per-node procedure again, for a node some of whose candidates already left."""
+    cluster = view.cluster
+    fresh = [int(cluster.e_alloc[e]) for e in ordered[cluster.e_node[ordered] == node]
+             if int(cluster.e_alloc[e]) not in gone]
+    gone_here = [s for s in gone if any(cluster.e_node[e] == node for e in cluster.a_entries[s])]
+    if not view.qualifies(node, gone_here + fresh):
+        return None
+    victims = list(fresh)
+    for s in fresh:  # ``ordered`` is most important first
+        trial = [x for x in victims if x != s]
+        if view.qualifies(node, gone_here + trial):
             victims = trial
-    return chosen, victims
+    return victims
 
 
-# -- queue, rank, fair_share: ordered greedy -------------------------------------
+def _pick_nodes(view: RequestView, g: int, potential: BArr, keys: dict[str, FArr],
+                per_node: _NodeVictims, ordered: IArr, start: FArr,
+                newest: bool) -> tuple[list[int], list[int]] | None:
+    cluster = view.cluster
+    keys = {k: v.copy() for k, v in keys.items()}
+    free_nodes = view.base_ok | (view.kind == 2)
+    for name in ("top",):
+        keys[name][free_nodes] = -1.0
+    for name in ("count", "sum", "start"):
+        keys[name][free_nodes] = 0.0
+    allowed = (potential | free_nodes) & (view.group == g)
+    local: dict[int, list[int]] = {}
+    left = dict(view.lend_limit)
+    chosen: list[int] = []
+    gone: set[int] = set()
+    for _ in range(view.k):
+        node = _best_node(keys, allowed)
+        if node is None:
+            return None
+        allowed[node] = False
+        if view.kind[node] == 2:
+            lender = int(cluster.node_vc[node])
+            if left.get(lender, 0) <= 0:
+                continue
+            left[lender] -= 1
+        chosen.append(node)
+        here = local[node] if node in local else per_node.get(node)
+        new = [s for s in here if s not in gone] if not free_nodes[node] else []
+        gone.update(new)
+        affected = {int(cluster.e_node[e]) for s in new for e in cluster.a_entries[s]}
+        for other in affected:
+            if other in chosen or not allowed[other] or free_nodes[other]:
+                continue
+            victims = _node_victims_after(view, other, ordered, gone)
+            if victims is None:
+                allowed[other] = False
+                continue
+            local[other] = victims
+            k = _set_key(cluster, victims, start, newest)
+            keys["top"][other], keys["count"][other], keys["sum"][other], keys["start"][other] = k
+    if len(chosen) < view.k:
+        return None
+    # Give back, most important first, every victim no longer needed on any placement.
+    imp = sorted(gone, key=lambda s: (-int(cluster.a_prio[s]), float(start[s]) if newest else -float(start[s]),
+                                      int(cluster.id_rank()[s])))
+    counter = FitCounter(view, imp)
+    kept = []
+    for s in imp:
+        counter.remove(s)
+        if not counter.fits():
+            counter.add(s)
+            kept.append(s)
+    return chosen, sorted(kept)
 
-def ordered_greedy(view: RequestView, order: Sequence[Allocation], bound: int | None,
-                   skip: Callable[[Allocation, list[Allocation]], bool] | None = None) -> Selection:
-    taken: list[Allocation] = []
-    skipped: set[str] = set()
-    fitted = False
-    for a in order:
-        if skip is not None and skip(a, taken):
-            skipped.add(a.id)
+
+# -- queue, rank, fair_share: ordered greedy ----------------------------------------------
+
+def ordered_greedy(view: RequestView, pool: BArr, walk: tuple[IArr, IArr, IArr], bound: int | None,
+                   takes: Callable[[IArr], BArr] | None = None) -> Selection:
+    """Walk ``pool`` in walk order taking each candidate until the request fits, then give
+    back from the last to the first every victim not needed. ``walk`` is (position per
+    slot, slots in order, live entries grouped by node in walk order), cached per snapshot.
+    ``takes`` decides, for the ordered pool, which candidates the walk takes (rank)."""
+    cluster = view.cluster
+    pos, order, entry_order = walk
+    ordered_slots = order[pool[order]]
+    taken_mask = np.zeros(cluster.slots, dtype=bool)
+    if takes is not None:
+        took = takes(ordered_slots)
+        taken_mask[ordered_slots[took]] = True
+        skipped_slots = ordered_slots[~took]
+    else:
+        taken_mask[ordered_slots] = True
+        skipped_slots = ordered_slots[:0]
+    ents = pool_entries(view, taken_mask)
+    in_pool = np.zeros(len(cluster.e_alloc), dtype=bool)
+    in_pool[ents] = True
+    fit_pos = _fit_positions(view, entry_order[in_pool[entry_order]], pos)
+    best_p: int | None = None
+    for g in view.groups.tolist():
+        want = view.k - int(view.base_count[g]) - int(view.lendable_cap[g])
+        cand = fit_pos[(view.group == g) & (fit_pos >= 0)]
+        if want <= 0 or len(cand) < want:
             continue
-        taken.append(a)
-        if view.feasible(taken):
-            fitted = True
+        p = int(np.partition(cand, want - 1)[want - 1])
+        if best_p is None or p < best_p:
+            best_p = p
+    if best_p is None:
+        return Selection(None, "NO_FEASIBLE_SET", set(skipped_slots.tolist()))
+    reached = set(skipped_slots[pos[skipped_slots] < best_p].tolist())
+    relevant_nodes = (fit_pos >= 0) & (fit_pos <= best_p)
+    e_slots = cluster.e_alloc[ents]
+    near = relevant_nodes[cluster.e_node[ents]] & (pos[e_slots] <= best_p)
+    relevant = np.unique(e_slots[near])
+    walk_back = relevant[np.argsort(-pos[relevant], kind="stable")].tolist()
+    counter = FitCounter(view, walk_back)
+    kept = []
+    for s in walk_back:
+        counter.remove(s)
+        if not counter.fits():
+            counter.add(s)
+            kept.append(s)
+    if bound is not None and len(kept) > bound:
+        return Selection(None, "EXCEEDS_MAX_VICTIMS", reached)
+    return Selection(sorted(kept), None, reached)
+
+
+def _fit_positions(view: RequestView, ents: IArr, pos: IArr) -> IArr:
+    """Per node: the walk position at which taking candidates in order makes it fit (-1: never).
+    ``ents`` are grouped by node and in walk order within a node."""
+    cluster = view.cluster
+    n = len(cluster.node_names)
+    out = np.full(n, -1, dtype=np.int64)
+    if not len(ents):
+        return out
+    nodes = cluster.e_node[ents]
+    epos = pos[cluster.e_alloc[ents]]
+    first = np.r_[True, nodes[1:] != nodes[:-1]]
+    idx = view.need_idx
+    fits = np.ones(len(ents), dtype=bool)
+    seg_id = np.cumsum(first) - 1
+    starts = np.flatnonzero(first)
+    for r in idx.tolist():
+        cum = np.cumsum(cluster.e_res[ents, r])
+        base = np.r_[0.0, cum][starts][seg_id]
+        fits &= view.free[nodes, r] + (cum - base) + EPS >= view.need[r]
+    if view.exclusive:
+        k = np.arange(len(ents)) - starts[seg_id] + 1
+        fits &= k == cluster.count[nodes]
+    hit = np.flatnonzero(fits)
+    if not len(hit):
+        return out
+    first_hit = hit[np.r_[True, nodes[hit][1:] != nodes[hit][:-1]]]
+    out[nodes[first_hit]] = epos[first_hit]
+    return out
+
+
+def rank_takes(cluster: Cluster, reclaim_any: BArr) -> Callable[[IArr], BArr]:
+    """Rank's walk: a victim is skipped when its tenant would fall below its fair share
+    once it and the tenant's victims taken before it are gone."""
+    mask = cluster.total > 0
+
+    def takes(ordered: IArr) -> BArr:
+        out = np.ones(len(ordered), dtype=bool)
+        tenants = cluster.a_tenant[ordered]
+        exempt = reclaim_any[ordered]
+        for t in np.unique(tenants[~exempt]).tolist():
+            idx = np.flatnonzero((tenants == t) & ~exempt)
+            items = cluster.a_held[ordered[idx]][:, mask]
+            fair = float(cluster.t_fair[t])
+            if not mask.any():
+                out[idx] = fair - EPS <= 0.0
+                continue
+            slack = cluster.t_used[t][mask] - (fair - EPS) * cluster.total[mask]
+            out[idx] = _first_fit(items, slack)
+        return out
+
+    return takes
+
+
+def _first_fit(items: FArr, slack: FArr) -> BArr:
+    """Sequential rule, vectorized: take an item when some resource keeps non-negative slack."""
+    m = len(items)
+    taken = np.zeros(m, dtype=bool)
+    start = 0
+    slack = slack.copy()
+    tol = 1e-9
+    while start < m:
+        rest = items[start:]
+        cidx = np.flatnonzero(np.any(rest <= slack + tol, axis=1)) + start
+        if not len(cidx):
             break
-    if not fitted:
-        return Selection(None, "NO_FEASIBLE_SET", skipped)
-    for a in reversed(list(taken)):
-        trial = [x for x in taken if x is not a]
-        if trial and view.feasible(trial):
-            taken = trial
-    if bound is not None and len(taken) > bound:
-        return Selection(None, "EXCEEDS_MAX_VICTIMS", skipped)
-    return Selection(sorted(taken, key=lambda x: x.id), None, skipped)
+        chunk = items[cidx]
+        cum = np.cumsum(chunk, axis=0)
+        before = cum - chunk
+        ok = np.any(chunk <= slack - before + tol, axis=1)
+        bad = np.flatnonzero(~ok)
+        f = int(bad[0]) if len(bad) else len(cidx)
+        taken[cidx[:f]] = True
+        if f:
+            slack = slack - cum[f - 1]
+        if f == len(cidx):
+            break
+        start = int(cidx[f]) + 1
+    return taken
