@@ -21,5 +21,10 @@ if [[ -n "${DATABASE_URL:-}" && -n "${REDIS_URL:-}" ]]; then
   "$BIN/celery" -A lattice_site beat --loglevel=INFO --schedule var/celerybeat-schedule & pids+=($!)
   wait -n
 else
-  exec "$BIN/python" manage.py runserver --noreload "$HOST:$PORT"
+  pids=()
+  cleanup() { trap - INT TERM EXIT; kill "${pids[@]}" 2>/dev/null || true; wait || true; }
+  trap cleanup INT TERM EXIT
+  "$BIN/python" manage.py run_scheduler & pids+=($!)
+  "$BIN/python" manage.py runserver --noreload "$HOST:$PORT" & pids+=($!)
+  wait -n
 fi

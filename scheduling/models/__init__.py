@@ -1,9 +1,9 @@
 from .allocations import Allocation, AllocationEvent, Placement
 from .cluster import ResourceGroup, SessionType, VCluster
 from .records import PolicyChange, PreemptionDecision
-from .tenancy import Membership, Quota, Tenant
+from .tenancy import ApiToken, Membership, Quota, Tenant
 
 __all__ = [
-    "Allocation", "AllocationEvent", "Membership", "Placement", "PolicyChange",
+    "Allocation", "AllocationEvent", "ApiToken", "Membership", "Placement", "PolicyChange",
     "PreemptionDecision", "Quota", "ResourceGroup", "SessionType", "Tenant", "VCluster",
 ]

@@ -80,6 +80,13 @@ class Allocation(models.Model):
                                        help_text="Checkpoint or grace deadline of a leaving victim.")
     deadline_extended = models.BooleanField(default=False)
     deferred_seconds = models.PositiveIntegerField(default=0)
+    checkpoint_progress_at = models.DateTimeField(null=True, blank=True,
+                                                  help_text="Last checkpoint_progress: the application is responsive.")
+    checkpoint_started_at = models.DateTimeField(null=True, blank=True)
+    preempted_by = models.ForeignKey("scheduling.PreemptionDecision", on_delete=models.SET_NULL, null=True,
+                                     blank=True, related_name="+", help_text="The decision it is leaving for.")
+    requeued_from = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True,
+                                      related_name="requeues")
 
     class Meta:
         ordering = ["-submitted_at", "-id"]

@@ -68,6 +68,8 @@ class VCluster(models.Model):
     allow_borrowing = models.BooleanField(default=True)
     max_borrow_pct = models.FloatField(default=0.2, help_text="Share of its nodes it lends at most (0..1).")
     weights = models.JSONField(default=dict, blank=True, help_text="Queue-ordering weights; empty = type defaults.")
+    tenants = models.ManyToManyField("scheduling.Tenant", blank=True, related_name="vclusters",
+                                     help_text="Tenants that may submit here; none = every tenant.")
 
     class Meta:
         ordering = ["resource_group__name", "name"]

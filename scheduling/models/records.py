@@ -33,6 +33,9 @@ class PreemptionDecision(models.Model):
     policy_snapshot = models.JSONField(default=dict)
     outcome = models.CharField(max_length=10, choices=Execution.choices, default=Execution.RECORDED)
     latency_ms = models.FloatField(null=True, blank=True)
+    victim_allocations = models.ManyToManyField("scheduling.Allocation", blank=True, related_name="preempted_in")
+    released_at = models.DateTimeField(null=True, blank=True,
+                                       help_text="When every victim had released (the preemptor could start).")
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -67,3 +67,19 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         return f"quota of {self.tenant}"
+
+
+class ApiToken(models.Model):
+    """A client's API token: shown once, stored as a SHA-256 digest, compared in constant time."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    prefix = models.CharField(max_length=12, db_index=True)
+    digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… of {self.user}"

@@ -1,0 +1,111 @@
+"""Admission: validate a request, check hard quotas atomically, store it as pending."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import Count, F, Q, Sum
+from django.utils import timezone
+
+from scheduling.actions.allocations import allocation_transition
+from scheduling.dispatch import event_on_commit, task_on_commit
+from scheduling.errors import Conflict, DomainError, QuotaExceeded
+from scheduling.models import Allocation, AllocationEvent, Membership, Quota, ResourceGroup, Tenant
+from scheduling.states import FINAL, HOLDING, State
+
+ACTIVE = [s for s in State.values if s not in FINAL]
+
+
+@dataclass(frozen=True)
+class Usage:
+    allocations: int
+    nodes: int
+    gpus: int
+
+
+def tenant_usage(tenant: Tenant, states: list[str] | None = None) -> Usage:
+    row = Allocation.objects.filter(tenant=tenant, state__in=states or ACTIVE).aggregate(
+        n=Count("id"), nodes=Sum("node_count"), gpus=Sum(F("node_count") * F("per_node_gpu")))
+    return Usage(row["n"] or 0, row["nodes"] or 0, row["gpus"] or 0)
+
+
+def check_quota(quota: Quota, usage: Usage, *, nodes: int, gpus: int, allocations: int = 1) -> None:
+    """Raise QuotaExceeded naming current, requested and limit if the request does not fit."""
+    for name, current, requested, limit in (
+        ("max_concurrent_allocations", usage.allocations, allocations, quota.max_concurrent_allocations),
+        ("max_nodes", usage.nodes, nodes, quota.max_nodes),
+        ("max_gpus", usage.gpus, gpus, quota.max_gpus),
+    ):
+        if current + requested > limit:
+            raise QuotaExceeded(
+                f"{name}: the tenant uses {current}, this request needs {requested}, the limit is {limit}",
+                quota=name, current=current, requested=requested, limit=limit)
+
+
+def tenant_for(user: AbstractBaseUser, tenant_name: str | None = None) -> Tenant:
+    memberships = Membership.objects.filter(user=user).select_related("tenant")
+    if tenant_name:
+        memberships = memberships.filter(tenant__name=tenant_name)
+    found = list(memberships[:2])
+    if not found:
+        raise DomainError("you are not a member of that tenant" if tenant_name else "you belong to no tenant",
+                          field="tenant")
+    if len(found) > 1:
+        raise DomainError("you belong to several tenants: name one in 'tenant'", field="tenant")
+    return found[0].tenant
+
+
+def allocation_submit(*, user: AbstractBaseUser, tenant: Tenant, group: ResourceGroup,
+                      fields: dict[str, Any]) -> Allocation:
+    """Store a validated request as pending, within the tenant's hard quota.
+
+    The quota row is locked (SELECT ... FOR UPDATE) in the transaction that inserts,
+    so two racing submissions are serialised: one wins, the other gets a 409.
+    """
+    nodes = int(fields.get("node_count", 1))
+    gpus = nodes * int(fields.get("per_node_gpu", 0))
+    with transaction.atomic():
+        quota = Quota.objects.select_for_update().filter(tenant=tenant).first()
+        if quota is None:
+            raise Conflict("the tenant has no quota; ask an operator", field="tenant")
+        check_quota(quota, tenant_usage(tenant), nodes=nodes, gpus=gpus)
+        alloc = Allocation.objects.create(resource_group=group, tenant=tenant, user=user,
+                                          submitted_at=timezone.now(), state=State.PENDING, **fields)
+        AllocationEvent.objects.create(allocation=alloc, from_state="", to_state=State.PENDING,
+                                       reason="submitted", actor=user)
+        event_on_commit("allocation.submitted", {"allocation": alloc.pk, "state": alloc.state}, tenant.pk)
+        request_pass_on_commit(group)
+    return alloc
+
+
+def request_pass_on_commit(group: ResourceGroup) -> None:
+    from scheduling.tasks import schedule_resource_group
+
+    task_on_commit(schedule_resource_group, group.pk)
+
+
+def allocation_cancel(*, allocation: Allocation, actor: AbstractBaseUser, reason: str = "cancelled") -> Allocation:
+    """Cancel pending or suspended work at once; running work is stopped by its agent first."""
+    from scheduling.actions.preemption import allocation_release
+
+    with transaction.atomic():
+        alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
+        if alloc.state in FINAL:
+            raise Conflict(f"allocation {alloc.pk} already ended ({alloc.state})")
+        was_holding = alloc.state in HOLDING
+        allocation_transition(allocation=alloc, to=State.CANCELLED, reason=reason, actor=actor,
+                              fields={"ended_at": timezone.now()})
+        if was_holding:
+            allocation_release(allocation=alloc, command="terminate")
+        else:
+            alloc.placements.filter(kind="held").delete()
+        event_on_commit("allocation.cancelled", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
+        request_pass_on_commit(alloc.resource_group)
+    return alloc
+
+
+def active_filter() -> Q:
+    return Q(state__in=ACTIVE)

@@ -1,0 +1,319 @@
+"""The preemption sequence: place, preempt, hold, release, and every report that moves a victim on.
+
+Each function is one short transaction; agent commands, events and deadline
+tasks go out after commit. Every step is idempotent: re-running it after a
+crash, or receiving the same report twice, reaches the same end state.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling.actions.allocations import allocation_transition
+from scheduling.dispatch import agent_command_on_commit, event_on_commit, task_on_commit
+from scheduling.errors import Conflict
+from scheduling.models import Allocation, AllocationEvent, Placement, PreemptionDecision
+from scheduling.states import FINAL, HOLDING, State
+
+TERMINATE_GRACE_S = 30
+MAX_DEFERRAL_S = 300
+HOLD_MARGIN_S = 60
+
+
+def _deadline_task() -> Any:
+    from scheduling.tasks import preemption_deadline
+
+    return preemption_deadline
+
+
+def _request_pass(group_id: int) -> None:
+    from scheduling.tasks import schedule_resource_group
+
+    task_on_commit(schedule_resource_group, group_id)
+
+
+def start_frame(alloc: Allocation, node_name: str) -> dict[str, Any]:
+    return {"type": "start", "allocation": str(alloc.pk), "command": list(alloc.command or []),
+            "env": dict(alloc.env or {}),
+            "resources": {r: getattr(alloc, f"per_node_{r}") for r in ("gpu", "cpu", "memory")},
+            "resume_from_checkpoint": alloc.resume_from_checkpoint,
+            "checkpoint_dir": f"checkpoints/{alloc.pk}"}
+
+
+def allocation_place(*, allocation: Allocation, node_ids: dict[str, int], nodes: list[str],
+                     borrowed: list[str], decision: PreemptionDecision | None = None,
+                     now: datetime | None = None) -> Allocation:
+    """Start a pending allocation on ``nodes`` (held placements become assigned)."""
+    from nodes.models import Node
+
+    moment = now or timezone.now()
+    with transaction.atomic():
+        alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
+        if alloc.state != State.PENDING:
+            raise Conflict(f"allocation {alloc.pk} is {alloc.state}, not pending")
+        _check_running_quota(alloc)
+        alloc.placements.all().delete()
+        Placement.objects.bulk_create([
+            Placement(allocation=alloc, node_id=node_ids[name], gpu=alloc.per_node_gpu, cpu=alloc.per_node_cpu,
+                      memory=alloc.per_node_memory) for name in nodes])
+        if borrowed and alloc.vcluster_id:
+            Node.objects.filter(name__in=borrowed, borrowed_by__isnull=True).update(borrowed_by=alloc.vcluster_id)
+        allocation_transition(allocation=alloc, to=State.RUNNING, reason="placed", decision=decision, now=moment,
+                              fields={"started_at": moment})
+        for name in nodes:
+            agent_command_on_commit(name, start_frame(alloc, name))
+        event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state, "nodes": nodes},
+                        alloc.tenant_id)
+    return alloc
+
+
+def _check_running_quota(alloc: Allocation) -> None:
+    """Hard quotas hold where capacity is consumed, too (admission already counted it)."""
+    from scheduling.actions.admission import check_quota, tenant_usage
+
+    quota = getattr(alloc.tenant, "quota", None)
+    if quota is None:
+        return
+    usage = tenant_usage(alloc.tenant, states=list(HOLDING))
+    check_quota(quota, usage, nodes=alloc.node_count, gpus=alloc.node_count * alloc.per_node_gpu)
+
+
+def allocation_preempt(*, allocation: Allocation, decision: PreemptionDecision, action: str,
+                       checkpoint_timeout_s: float, now: datetime | None = None) -> Allocation:
+    """Ask a victim to leave: checkpoint (auto/manual in suspend mode) or terminate."""
+    moment = now or timezone.now()
+    with transaction.atomic():
+        alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
+        if alloc.state != State.RUNNING:
+            raise Conflict(f"victim {alloc.pk} is {alloc.state}, not running")
+        node_names = list(alloc.placements.filter(kind="assigned").values_list("node__name", flat=True))
+        if action == "checkpoint":
+            deadline = moment + timedelta(seconds=checkpoint_timeout_s)
+            allocation_transition(allocation=alloc, to=State.CHECKPOINTING, reason="preempted: checkpoint",
+                                  decision=decision, now=moment,
+                                  fields={"deadline_at": deadline, "preempted_by": decision,
+                                          "checkpoint_started_at": moment, "deadline_extended": False,
+                                          "deferred_seconds": 0, "checkpoint_progress_at": None})
+            frame = {"type": "checkpoint", "allocation": str(alloc.pk), "deadline": deadline.isoformat(),
+                     "reason": "preempted"}
+        else:
+            deadline = moment + timedelta(seconds=TERMINATE_GRACE_S + 5)
+            allocation_transition(allocation=alloc, to=State.TERMINATING, reason="preempted: terminate",
+                                  decision=decision, now=moment,
+                                  fields={"deadline_at": deadline, "preempted_by": decision})
+            frame = {"type": "terminate", "allocation": str(alloc.pk), "grace_s": TERMINATE_GRACE_S}
+        for name in node_names:
+            agent_command_on_commit(name, frame)
+        task_on_commit(_deadline_task(), alloc.pk, countdown=(deadline - moment).total_seconds() + 1)
+        event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
+    return alloc
+
+
+def allocation_hold(*, allocation: Allocation, node_ids: dict[str, int], nodes: list[str]) -> None:
+    """Reserve the nodes being freed for a waiting preemptor (no one else takes them)."""
+    with transaction.atomic():
+        Placement.objects.filter(allocation=allocation, kind="held").exclude(
+            node_id__in=[node_ids[n] for n in nodes]).delete()
+        existing = set(Placement.objects.filter(allocation=allocation).values_list("node_id", flat=True))
+        Placement.objects.bulk_create([Placement(allocation=allocation, node_id=node_ids[n], kind="held")
+                                       for n in nodes if node_ids[n] not in existing])
+
+
+def allocation_release(*, allocation: Allocation, command: str | None = None) -> None:
+    """Free an allocation's nodes (it left holding states); give borrowed nodes back when empty."""
+    from nodes.models import Node
+
+    placements = list(allocation.placements.select_related("node"))
+    for p in placements:
+        if command == "terminate":
+            agent_command_on_commit(p.node.name, {"type": "terminate", "allocation": str(allocation.pk),
+                                                  "grace_s": TERMINATE_GRACE_S})
+        elif command == "kill":
+            agent_command_on_commit(p.node.name, {"type": "kill", "allocation": str(allocation.pk)})
+    allocation.placements.all().delete()
+    borrowed = [p.node_id for p in placements if p.node.borrowed_by_id is not None]
+    for node_id in borrowed:
+        if not Placement.objects.filter(node_id=node_id).exists():
+            Node.objects.filter(pk=node_id).update(borrowed_by=None)
+    if allocation.preempted_by_id:
+        _maybe_released(allocation.preempted_by_id)
+    _request_pass(allocation.resource_group_id)
+
+
+def _maybe_released(decision_id: int) -> None:
+    decision = PreemptionDecision.objects.filter(pk=decision_id, released_at__isnull=True).first()
+    if decision is None:
+        return
+    if not decision.victim_allocations.filter(state__in=HOLDING).exists():
+        decision.released_at = timezone.now()
+        decision.save(update_fields=["released_at"])
+
+
+def _requeue(alloc: Allocation, *, reason: str, resume: bool, now: datetime, **extra: Any) -> None:
+    allocation_transition(allocation=alloc, to=State.PENDING, reason=reason, now=now, fields={
+        "preempted_count": alloc.preempted_count + 1, "resume_from_checkpoint": resume, "started_at": None,
+        "deadline_at": None, **extra})
+
+
+def allocation_checkpoint_done(*, allocation: Allocation, ok: bool, location: str = "", size_bytes: int = 0,
+                               error: str = "", now: datetime | None = None) -> Allocation:
+    """A victim's checkpoint finished: suspended then requeued (resume), or failed."""
+    moment = now or timezone.now()
+    with transaction.atomic():
+        alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
+        if alloc.state != State.CHECKPOINTING:
+            return alloc  # duplicate or late report: nothing more to do
+        if ok:
+            allocation_transition(allocation=alloc, to=State.SUSPENDED, reason="checkpoint done", now=moment,
+                                  fields={"checkpoint_location": location[:512], "last_checkpoint_at": moment})
+            duration = (moment - (alloc.checkpoint_started_at or moment)).total_seconds()
+            AllocationEvent.objects.filter(allocation=alloc, to_state=State.SUSPENDED).order_by("-id").update(
+                reason=f"checkpoint done in {duration:.1f}s")
+            allocation_release(allocation=alloc)
+            _requeue(alloc, reason="requeued after preemption", resume=True, now=moment)
+        else:
+            allocation_transition(allocation=alloc, to=State.FAILED, reason=f"checkpoint failed: {error}"[:255],
+                                  now=moment, fields={"ended_at": moment})
+            allocation_release(allocation=alloc, command="kill")
+        event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
+    return alloc
+
+
+def allocation_checkpoint_progress(*, allocation: Allocation, now: datetime | None = None) -> None:
+    Allocation.objects.filter(pk=allocation.pk, state=State.CHECKPOINTING).update(
+        checkpoint_progress_at=now or timezone.now())
+
+
+def allocation_defer(*, allocation: Allocation, seconds: int, now: datetime | None = None) -> int:
+    """Grant a checkpoint deferral, up to MAX_DEFERRAL_S in total; returns the seconds granted."""
+    with transaction.atomic():
+        alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
+        if alloc.state != State.CHECKPOINTING or alloc.deadline_at is None:
+            return 0
+        granted = max(0, min(int(seconds), MAX_DEFERRAL_S - alloc.deferred_seconds))
+        if granted:
+            alloc.deadline_at += timedelta(seconds=granted)
+            alloc.deferred_seconds += granted
+            alloc.checkpoint_progress_at = now or timezone.now()
+            alloc.save(update_fields=["deadline_at", "deferred_seconds", "checkpoint_progress_at"])
+            task_on_commit(_deadline_task(), alloc.pk,
+                           countdown=(alloc.deadline_at - (now or timezone.now())).total_seconds() + 1)
+        return granted
+
+
+def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: str,
+                      now: datetime | None = None) -> Allocation:
+    """The process is gone. Idempotent: an exit for an ended allocation changes nothing."""
+    moment = now or timezone.now()
+    with transaction.atomic():
+        alloc = Allocation.objects.select_for_update().select_related("resource_group").get(pk=allocation.pk)
+        if alloc.state in FINAL or alloc.state in (State.PENDING, State.SUSPENDED):
+            return alloc
+        mode = (alloc.session_type.mode if alloc.session_type_id and alloc.session_type.mode else
+                (alloc.resource_group.policy or {}).get("mode", "suspend"))
+        fields = {"exit_code": exit_code}
+        if alloc.state == State.TERMINATING:
+            allocation_release(allocation=alloc)
+            if mode == "terminate":
+                allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="preempted (terminate mode)",
+                                      now=moment, fields={**fields, "ended_at": moment})
+            else:
+                _requeue(alloc, reason="requeued after preemption", resume=False, now=moment, **fields)
+        elif alloc.state == State.CHECKPOINTING:
+            allocation_transition(allocation=alloc, to=State.FAILED, reason="exited while checkpointing",
+                                  now=moment, fields={**fields, "ended_at": moment})
+            allocation_release(allocation=alloc)
+        else:
+            done = reason == "completed" and exit_code == 0
+            allocation_transition(allocation=alloc, to=State.COMPLETED if done else State.FAILED,
+                                  reason=f"exited: {reason} ({exit_code})", now=moment,
+                                  fields={**fields, "ended_at": moment})
+            allocation_release(allocation=alloc)
+            if not done and alloc.requeue_policy == "always":
+                requeue_failed(alloc)
+        event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
+    return alloc
+
+
+def requeue_failed(alloc: Allocation) -> Allocation | None:
+    """A failed allocation is final; by its requeue policy a fresh copy goes back in the queue."""
+    if alloc.requeue_count >= alloc.max_requeue:
+        return None
+    copy = Allocation.objects.get(pk=alloc.pk)
+    copy.pk = None
+    copy.state = State.PENDING
+    copy.requeue_count = alloc.requeue_count + 1
+    copy.requeued_from = alloc
+    copy.started_at = copy.ended_at = copy.exit_code = copy.deadline_at = copy.preempted_by = None
+    copy.save()
+    AllocationEvent.objects.create(allocation=copy, from_state="", to_state=State.PENDING,
+                                   reason=f"requeued from {alloc.pk} ({copy.requeue_count}/{alloc.max_requeue})")
+    return copy
+
+
+def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) -> Allocation:
+    """A victim's deadline passed: extend once if responsive, else stop it. Idempotent."""
+    moment = now or timezone.now()
+    with transaction.atomic():
+        alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
+        if alloc.deadline_at is None or alloc.deadline_at > moment or alloc.state not in (
+                State.CHECKPOINTING, State.TERMINATING):
+            return alloc
+        if alloc.state == State.CHECKPOINTING:
+            responsive = alloc.checkpoint_progress_at is not None
+            if responsive and not alloc.deadline_extended:
+                started = alloc.checkpoint_started_at or moment
+                extra = (alloc.deadline_at - started - timedelta(seconds=alloc.deferred_seconds)) * 0.5
+                alloc.deadline_at += extra
+                alloc.deadline_extended = True
+                alloc.save(update_fields=["deadline_at", "deadline_extended"])
+                task_on_commit(_deadline_task(), alloc.pk, countdown=extra.total_seconds() + 1)
+                return alloc
+            allocation_transition(allocation=alloc, to=State.FAILED, now=moment,
+                                  reason="checkpoint timed out: terminated",
+                                  fields={"ended_at": moment, "deadline_at": None})
+            allocation_release(allocation=alloc, command="terminate")
+        else:
+            # The agent never reported the exit within the grace: kill, and count it as exited.
+            allocation_release(allocation=alloc, command="kill")
+            mode = (alloc.resource_group.policy or {}).get("mode", "suspend")
+            if mode == "terminate":
+                allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="killed after grace",
+                                      now=moment, fields={"ended_at": moment})
+            else:
+                _requeue(alloc, reason="requeued after preemption (killed after grace)", resume=False, now=moment)
+        event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
+    return alloc
+
+
+def holds_expired(now: datetime) -> list[int]:
+    """Preemptors whose victims all passed their deadlines plus a margin but never released."""
+    stale = []
+    for alloc_id in Placement.objects.filter(kind="held").values_list("allocation_id", flat=True).distinct():
+        leaving = Allocation.objects.filter(preempted_by__preemptor_id=alloc_id, state__in=HOLDING)
+        latest = max((a.deadline_at for a in leaving if a.deadline_at), default=None)
+        if latest is not None and latest + timedelta(seconds=HOLD_MARGIN_S) < now:
+            stale.append(alloc_id)
+    return stale
+
+
+def sweep(*, now: datetime | None = None) -> dict[str, int]:
+    """Re-derive from the database what must happen; safe to run any time, any number of times."""
+    moment = now or timezone.now()
+    done = {"deadlines": 0, "holds_released": 0}
+    for alloc in Allocation.objects.filter(state__in=[State.CHECKPOINTING, State.TERMINATING],
+                                           deadline_at__lte=moment):
+        allocation_deadline(allocation=alloc, now=moment)
+        done["deadlines"] += 1
+    for alloc_id in holds_expired(moment):
+        with transaction.atomic():
+            removed, _ = Placement.objects.filter(allocation_id=alloc_id, kind="held").delete()
+            if removed:
+                AllocationEvent.objects.create(allocation_id=alloc_id, from_state=State.PENDING,
+                                               to_state=State.PENDING, reason="hold released: victims never left")
+                done["holds_released"] += 1
+    return done

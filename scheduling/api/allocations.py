@@ -1,0 +1,117 @@
+"""Allocations for tenants: submit, list, detail, cancel, events, explain, what-if."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from scheduling.actions.admission import allocation_cancel, allocation_submit
+from scheduling.api.serializers import AllocationInput, AllocationOutput, EventOutput
+from scheduling.engine import decide
+from scheduling.engine import model as em
+from scheduling.models import Allocation
+from scheduling.selectors import allocations_visible, events_of, redact_decision
+from scheduling.snapshot import load_snapshot
+
+
+class NewestFirst(CursorPagination):
+    ordering = "-id"
+    page_size = 50
+
+
+class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = AllocationOutput
+    pagination_class = NewestFirst
+
+    def get_queryset(self) -> QuerySet[Allocation]:
+        qs = allocations_visible(self.request.user)
+        params = self.request.query_params
+        if params.get("state"):
+            qs = qs.filter(state__in=params["state"].split(","))
+        if params.get("resource_group"):
+            qs = qs.filter(resource_group__name=params["resource_group"])
+        return qs
+
+    @extend_schema(request=AllocationInput, responses={201: AllocationOutput})
+    def create(self, request: Request) -> Response:
+        data = AllocationInput(data=request.data, context={"request": request})
+        data.is_valid(raise_exception=True)
+        alloc = allocation_submit(user=request.user, tenant=data.validated_data["tenant_obj"],
+                                  group=data.validated_data["resource_group"], fields=data.model_fields())
+        alloc = allocations_visible(request.user).get(pk=alloc.pk)
+        return Response(AllocationOutput(alloc).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: AllocationOutput})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        alloc = self.get_object()
+        allocation_cancel(allocation=alloc, actor=request.user)
+        return Response(AllocationOutput(allocations_visible(request.user).get(pk=alloc.pk)).data)
+
+    @extend_schema(responses={200: EventOutput(many=True)})
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        return Response(EventOutput(events_of(self.get_object()), many=True).data)
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["get"])
+    def explain(self, request: Request, pk: str | None = None) -> Response:
+        """Why it waits (its latest decision) and why it was preempted (each decision that chose it)."""
+        alloc = self.get_object()
+        latest = alloc.decisions.select_related("preemptor", "resource_group").order_by("-id").first()
+        preempted = alloc.preempted_in.select_related("preemptor", "resource_group").order_by("id")
+        return Response({
+            "allocation": alloc.pk, "state": alloc.state,
+            "waiting": redact_decision(latest, request.user) if latest and alloc.state == "pending" else None,
+            "latest_decision": redact_decision(latest, request.user) if latest else None,
+            "preemptions": [redact_decision(d, request.user) for d in preempted],
+        })
+
+    @extend_schema(request=AllocationInput, responses={200: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["post"], url_path="what-if")
+    def what_if(self, request: Request) -> Response:
+        """The decision this request would get now. Nothing is stored."""
+        data = AllocationInput(data=request.data, context={"request": request})
+        data.is_valid(raise_exception=True)
+        snap = load_snapshot(data.validated_data["resource_group"])
+        fields = data.model_fields()
+        tenant = data.validated_data["tenant_obj"]
+        req = _request(fields, tenant.name, request.user.get_username())
+        decision = decide(snap.cluster, snap.policy, req, timezone.now().timestamp())
+        return Response(_visible(decision.to_dict(), tenant.pk))
+
+
+def _request(fields: dict[str, Any], tenant: str, user: str) -> em.Allocation:
+    constraints = fields["constraints"] or {}
+    return em.Allocation(
+        id="what-if", tenant=tenant, user=user,
+        vcluster=fields["vcluster"].name if fields["vcluster"] else None,
+        session_type=fields["session_type"].name if fields["session_type"] else None,
+        preemption_class=fields["preemption_class"], priority=fields["priority"], checkpoint=fields["checkpoint"],
+        checkpoint_minutes=fields["checkpoint_minutes"], walltime_minutes=fields["walltime_minutes"],
+        sensitive=fields["sensitive"], preemptible=fields["preemptible"], exclusive=fields["exclusive"],
+        nodes=fields["node_count"],
+        per_node={r: float(fields[f"per_node_{r}"]) for r in ("gpu", "cpu", "memory") if fields[f"per_node_{r}"]},
+        labels=dict(constraints.get("labels") or {}), same=constraints.get("same"), value=fields["value"],
+        preemptive=fields["preemptive"],
+    )
+
+
+def _visible(decision: dict[str, Any], tenant_id: int) -> dict[str, Any]:
+    """A what-if answer for a tenant: its own allocations by id, others only counted."""
+    own = {str(i) for i in Allocation.objects.filter(
+        tenant_id=tenant_id, pk__in=[int(c["id"]) for c in decision["candidates"] if c["id"].isdigit()]
+    ).values_list("pk", flat=True)}
+    victims = [v if v["id"] in own else {"id": None, "tenant": "another tenant", "reason": v["reason"],
+                                         "action": v["action"]} for v in decision["victims"]]
+    return {**decision, "victims": victims, "candidates": [c for c in decision["candidates"] if c["id"] in own],
+            "other_candidates": sum(1 for c in decision["candidates"] if c["id"] not in own)}

@@ -1,0 +1,33 @@
+"""Token authentication against hashed API tokens, compared in constant time."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.exceptions import AuthenticationFailed
+
+from scheduling.actions.tokens import PREFIX_LEN, digest
+from scheduling.models import ApiToken
+
+
+class ApiTokenAuthentication(BaseAuthentication):
+    keywords = (b"token", b"bearer")
+
+    def authenticate(self, request: Any) -> tuple[Any, ApiToken] | None:
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() not in self.keywords:
+            return None
+        if len(parts) != 2:
+            raise AuthenticationFailed("Authorization header must be 'Token <key>'.")
+        token = parts[1].decode(errors="replace")
+        wanted = digest(token)
+        for candidate in ApiToken.objects.filter(prefix=token[:PREFIX_LEN], revoked_at__isnull=True) \
+                .select_related("user"):
+            if hmac.compare_digest(candidate.digest, wanted) and candidate.user.is_active:
+                return candidate.user, candidate
+        raise AuthenticationFailed("Invalid or revoked token.")
+
+    def authenticate_header(self, request: Any) -> str:
+        return "Token"

@@ -1,0 +1,36 @@
+"""Decision records: operators read all; tenants their own, redacted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import viewsets
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from scheduling.selectors import decisions_visible, redact_decision
+
+
+class NewestFirst(CursorPagination):
+    ordering = "-id"
+    page_size = 50
+
+
+class PreemptionViewSet(viewsets.ReadOnlyModelViewSet):
+    pagination_class = NewestFirst
+
+    def get_queryset(self) -> Any:
+        qs = decisions_visible(self.request.user)
+        group = self.request.query_params.get("resource_group")
+        if group:
+            qs = qs.filter(resource_group__name=group)
+        return qs
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        assert page is not None
+        return self.get_paginated_response([redact_decision(d, request.user) for d in page])
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return Response(redact_decision(self.get_object(), request.user))

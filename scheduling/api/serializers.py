@@ -1,0 +1,131 @@
+"""API shapes. Field names follow the decision contract (vcluster, session_type, nodes, per_node...)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from scheduling.actions.admission import tenant_for
+from scheduling.errors import DomainError
+from scheduling.models import Allocation, AllocationEvent, ResourceGroup, SessionType, VCluster
+from scheduling.models.allocations import RESOURCES, Checkpoint, RequeuePolicy
+
+
+class ConstraintsField(serializers.Serializer):
+    labels = serializers.DictField(child=serializers.CharField(max_length=128), required=False)
+    same = serializers.CharField(max_length=64, required=False)
+
+
+class AllocationInput(serializers.Serializer):
+    """What a tenant submits. Validates everything; nothing is stored here."""
+
+    resource_group = serializers.SlugRelatedField(slug_field="name", queryset=ResourceGroup.objects.all())
+    tenant = serializers.CharField(required=False, max_length=64)
+    name = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
+    vcluster = serializers.CharField(required=False, allow_null=True, max_length=64, default=None)
+    session_type = serializers.CharField(required=False, allow_null=True, max_length=64, default=None)
+    nodes = serializers.IntegerField(min_value=1, max_value=10_000, default=1)
+    per_node = serializers.DictField(child=serializers.IntegerField(min_value=0, max_value=1_000_000))
+    preemption_class = serializers.IntegerField(min_value=0, max_value=10, required=False)
+    priority = serializers.IntegerField(min_value=0, max_value=100, default=10)
+    checkpoint = serializers.ChoiceField(choices=Checkpoint.choices, default=Checkpoint.NONE)
+    checkpoint_minutes = serializers.FloatField(min_value=0, max_value=1440, default=5)
+    walltime_minutes = serializers.FloatField(min_value=0.01, required=False, allow_null=True, default=None)
+    sensitive = serializers.BooleanField(default=False)
+    preemptible = serializers.BooleanField(default=True)
+    exclusive = serializers.BooleanField(default=False)
+    forced = serializers.BooleanField(default=False)
+    backfill = serializers.BooleanField(default=False)
+    constraints = ConstraintsField(required=False)
+    value = serializers.FloatField(min_value=0, required=False, allow_null=True, default=None)
+    preemptive = serializers.BooleanField(default=True)
+    command = serializers.ListField(child=serializers.CharField(max_length=4096), max_length=256, default=list)
+    env = serializers.DictField(child=serializers.CharField(max_length=4096, allow_blank=True), default=dict)
+    requeue_policy = serializers.ChoiceField(choices=RequeuePolicy.choices, default=RequeuePolicy.ON_NODE_FAILURE)
+    max_requeue = serializers.IntegerField(min_value=0, max_value=10, default=3)
+
+    def validate_per_node(self, value: dict[str, int]) -> dict[str, int]:
+        unknown = sorted(set(value) - set(RESOURCES))
+        if unknown:
+            raise serializers.ValidationError(f"unknown resource(s) {', '.join(unknown)}; use {', '.join(RESOURCES)}")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        user = self.context["request"].user
+        try:
+            tenant = tenant_for(user, attrs.get("tenant"))
+        except DomainError as exc:
+            raise serializers.ValidationError({"tenant": exc.message}) from None
+        group: ResourceGroup = attrs["resource_group"]
+        errors: dict[str, str] = {}
+        vc = st = None
+        if attrs.get("vcluster"):
+            vc = VCluster.objects.filter(resource_group=group, name=attrs["vcluster"]).first()
+            if vc is None:
+                errors["vcluster"] = f"no vCluster {attrs['vcluster']!r} in {group.name}"
+            elif vc.tenants.exists() and not vc.tenants.filter(pk=tenant.pk).exists():
+                errors["vcluster"] = f"tenant {tenant.name} may not use vCluster {vc.name}"
+        if attrs.get("session_type"):
+            st = SessionType.objects.filter(resource_group=group, name=attrs["session_type"]).first()
+            if st is None:
+                errors["session_type"] = f"no session type {attrs['session_type']!r} in {group.name}"
+        klass = attrs.get("preemption_class", st.default_class if st is not None else 0)
+        quota = getattr(tenant, "quota", None)
+        if quota is not None:
+            if klass > quota.max_preemption_class:
+                errors["preemption_class"] = (f"{klass} is above the tenant's max_preemption_class "
+                                              f"{quota.max_preemption_class}")
+            if attrs["priority"] > quota.max_priority:
+                errors["priority"] = f"{attrs['priority']} is above the tenant's max_priority {quota.max_priority}"
+        if attrs["sensitive"] and not (vc is not None and vc.type == "sensitive") and klass != 10:
+            errors["sensitive"] = "sensitive work runs at class 10 or in a sensitive vCluster"
+        if errors:
+            raise serializers.ValidationError(errors)
+        attrs["tenant_obj"], attrs["vcluster_obj"], attrs["session_type_obj"] = tenant, vc, st
+        attrs["preemption_class"] = klass
+        return attrs
+
+    def model_fields(self) -> dict[str, Any]:
+        d = self.validated_data
+        per_node = d["per_node"]
+        constraints = dict(d.get("constraints") or {})
+        return {
+            "name": d["name"], "vcluster": d["vcluster_obj"], "session_type": d["session_type_obj"],
+            "node_count": d["nodes"], **{f"per_node_{r}": per_node.get(r, 0) for r in RESOURCES},
+            "preemption_class": d["preemption_class"], "priority": d["priority"], "checkpoint": d["checkpoint"],
+            "checkpoint_minutes": d["checkpoint_minutes"], "walltime_minutes": d["walltime_minutes"],
+            "sensitive": d["sensitive"], "preemptible": d["preemptible"], "exclusive": d["exclusive"],
+            "forced": d["forced"], "backfill": d["backfill"], "constraints": constraints, "value": d["value"],
+            "preemptive": d["preemptive"], "command": d["command"], "env": d["env"],
+            "requeue_policy": d["requeue_policy"], "max_requeue": d["max_requeue"],
+        }
+
+
+class AllocationOutput(serializers.ModelSerializer):
+    tenant = serializers.CharField(source="tenant.name")
+    user = serializers.CharField(source="user.username")
+    resource_group = serializers.CharField(source="resource_group.name")
+    vcluster = serializers.CharField(source="vcluster.name", allow_null=True, default=None)
+    session_type = serializers.CharField(source="session_type.name", allow_null=True, default=None)
+    nodes = serializers.IntegerField(source="node_count")
+    per_node = serializers.DictField(read_only=True)
+
+    class Meta:
+        model = Allocation
+        fields = ["id", "name", "tenant", "user", "resource_group", "vcluster", "session_type", "state", "nodes",
+                  "per_node", "preemption_class", "priority", "checkpoint", "checkpoint_minutes",
+                  "walltime_minutes", "sensitive", "preemptible", "exclusive", "constraints", "value",
+                  "preemptive", "command", "env", "requeue_policy", "max_requeue", "requeue_count",
+                  "preempted_count", "resume_from_checkpoint", "protected_until", "submitted_at", "started_at",
+                  "ended_at", "exit_code"]
+        read_only_fields = fields
+
+
+class EventOutput(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor.username", allow_null=True, default=None)
+
+    class Meta:
+        model = AllocationEvent
+        fields = ["id", "created_at", "from_state", "to_state", "reason", "decision", "actor"]
+        read_only_fields = fields

@@ -1,0 +1,74 @@
+"""Side effects, always after commit: agent commands, live events, tasks.
+
+Group names are built here and only here. Nothing is sent from inside a
+transaction that might roll back; a message lost after commit is recovered by
+the periodic sweep, which re-derives what must happen from the database.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+
+def agent_group(node_name: str) -> str:
+    return f"agent.{node_name}"
+
+
+def tenant_group(tenant_id: int) -> str:
+    return f"tenant-{tenant_id}"
+
+
+OPS_GROUP = "ops"
+
+
+def _send(group: str, message: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(group, message)
+    except Exception:  # the sweep re-derives anything lost; never fail the caller
+        log.warning("could not send to %s", group, exc_info=True)
+
+
+def agent_command_on_commit(node_name: str, frame: dict[str, Any]) -> None:
+    """Queue a command for the node's agent, sent once the transaction commits."""
+    transaction.on_commit(lambda: _send(agent_group(node_name), {"type": "agent.command", "frame": frame}))
+
+
+def event_on_commit(kind: str, payload: dict[str, Any], tenant_id: int | None) -> None:
+    """A live event for operators (and the tenant it concerns), sent after commit."""
+    message = {"type": "live.event", "event": {"kind": kind, **payload}}
+
+    def send() -> None:
+        _send(OPS_GROUP, message)
+        if tenant_id is not None:
+            _send(tenant_group(tenant_id), message)
+
+    transaction.on_commit(send)
+
+
+def task_on_commit(task: Any, *args: Any, countdown: float | None = None) -> None:
+    from django.conf import settings
+
+    if countdown is not None and settings.CELERY_TASK_ALWAYS_EAGER:
+        # Eager mode cannot wait; deadlines are then kept by the periodic sweep alone.
+        return
+
+    def enqueue() -> None:
+        try:
+            if countdown is None:
+                task.delay(*args)
+            else:
+                task.apply_async(args=args, countdown=countdown)
+        except Exception:  # broker down: the periodic sweep does the same work
+            log.warning("could not enqueue %s", getattr(task, "name", task), exc_info=True)
+
+    transaction.on_commit(enqueue)

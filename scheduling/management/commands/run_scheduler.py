@@ -1,0 +1,44 @@
+"""manage.py run_scheduler: the periodic sweep and scheduler passes, for the embedded mode.
+
+With Redis, Celery beat and workers do this; without, this loop does, in its own
+process next to the web server. Stops cleanly on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from scheduling.actions.preemption import sweep
+from scheduling.models import ResourceGroup
+from scheduling.scheduler import schedule_pass
+
+
+class Command(BaseCommand):
+    help = "Run the sweep and a scheduler pass for every resource group, every few seconds."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--interval", type=float, default=2.0)
+        parser.add_argument("--once", action="store_true", help="one round, then exit")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        stop = False
+
+        def quit_(*_: Any) -> None:
+            nonlocal stop
+            stop = True
+
+        signal.signal(signal.SIGTERM, quit_)
+        signal.signal(signal.SIGINT, quit_)
+        while not stop:
+            sweep()
+            for group_id in ResourceGroup.objects.values_list("pk", flat=True):
+                schedule_pass(group_id)
+            if options["once"]:
+                return
+            deadline = time.monotonic() + options["interval"]
+            while not stop and time.monotonic() < deadline:
+                time.sleep(0.1)

@@ -1,0 +1,243 @@
+"""The scheduler pass: snapshot, decide, apply (DESIGN section 4.2).
+
+One pass at a time per resource group (a PostgreSQL advisory lock, or a file
+lock on SQLite). The snapshot is loaded once and updated in memory as each
+decision is applied in its own short transaction; a pass stops after a bounded
+number of requests and asks for the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from scheduling.actions.preemption import allocation_hold, allocation_place, allocation_preempt
+from scheduling.dispatch import event_on_commit
+from scheduling.engine import Decision, decide
+from scheduling.engine import model as em
+from scheduling.errors import DomainError
+from scheduling.models import Allocation, Placement, PreemptionDecision, ResourceGroup
+from scheduling.models.records import Execution
+from scheduling.snapshot import ALLOCATION_FIELDS, Snapshot, engine_allocation, load_snapshot
+from scheduling.states import State
+
+log = logging.getLogger(__name__)
+PASS_BUDGET = 200
+# Candidates stored in full up to this many; beyond it, every eligible one plus counts per code.
+STORED_CANDIDATES = 5000
+
+
+@dataclass
+class PassResult:
+    busy: bool = False
+    decided: int = 0
+    placed: int = 0
+    preempted: int = 0
+    waiting: int = 0
+    more: bool = False
+    decisions: list[int] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def group_lock(group: ResourceGroup) -> Iterator[bool]:
+    """Exclusive per resource group across processes; yields False when another pass runs."""
+    if connection.vendor == "postgresql":
+        key = int.from_bytes(hashlib.sha256(f"lattice-rg-{group.pk}".encode()).digest()[:8], "big", signed=True)
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_try_advisory_lock(%s)", [key])
+            got = bool(cur.fetchone()[0])
+        try:
+            yield got
+        finally:
+            if got:
+                with connection.cursor() as cur:
+                    cur.execute("SELECT pg_advisory_unlock(%s)", [key])
+        return
+    lock_dir = settings.VAR_DIR / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"rg-{group.pk}.lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+QUEUE_ORDER = {
+    "class_cost": ["-preemption_class", "-priority", "submitted_at", "id"],
+    "priority": ["-priority", "submitted_at", "id"],
+    "queue": ["-session_type__priority", "-priority", "submitted_at", "id"],
+    "rank": ["-session_type__rank", "submitted_at", "id"],
+    "fair_share": ["submitted_at", "id"],
+}
+
+
+def pending_queue(group: ResourceGroup, kind: str, limit: int) -> list[dict]:
+    """Pending work in the policy's order; submission time is kept across requeues.
+    Preemptors already holding nodes come first: their nodes are being freed for them."""
+    held = set(Placement.objects.filter(allocation__resource_group=group, kind="held",
+                                        allocation__state=State.PENDING).values_list("allocation_id", flat=True))
+    rows = list(Allocation.objects.filter(resource_group=group, state=State.PENDING)
+                .order_by(*QUEUE_ORDER[kind]).values(*ALLOCATION_FIELDS, "tenant_id")[: limit + len(held)])
+    if kind == "fair_share":
+        rows = _by_deficit(rows)
+    return sorted(rows, key=lambda r: r["id"] not in held)
+
+
+def _by_deficit(rows: list[dict]) -> list[dict]:
+    from scheduling.models import Quota
+
+    fair = dict(Quota.objects.values_list("tenant__name", "fair_share"))
+    return sorted(rows, key=lambda r: (-(fair.get(r["tenant__name"]) or 0.0), r["submitted_at"], r["id"]))
+
+
+def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | None = None) -> PassResult:
+    group = ResourceGroup.objects.get(pk=group_id)
+    result = PassResult()
+    with group_lock(group) as acquired:
+        if not acquired:
+            result.busy = True
+            return result
+        snap = load_snapshot(group)
+        queue = pending_queue(group, snap.policy.kind, budget + 1)
+        result.more = len(queue) > budget
+        holds = _holds(group)
+        _reserve_holds(snap, holds, exclude=None)
+        for row in queue[:budget]:
+            moment = now or timezone.now()
+            mine = holds.get(row["id"], [])
+            if mine:
+                _release_reservation(snap, row["id"])
+            req = engine_allocation(row, held=tuple(mine))
+            started = time.perf_counter()
+            decision = decide(snap.cluster, snap.policy, req, moment.timestamp())
+            latency = (time.perf_counter() - started) * 1000
+            try:
+                _apply(snap, row, req, decision, moment, latency, result)
+            except DomainError as exc:  # lost a race with a report or a cancel; the next pass retries
+                log.info("decision for %s not applied: %s", row["id"], exc)
+            result.decided += 1
+    # Keep going while there is progress; otherwise the next event or the sweep resumes.
+    progress = (result.more and (result.placed or result.preempted)) or result.busy
+    if progress and not settings.CELERY_TASK_ALWAYS_EAGER:
+        from scheduling.tasks import schedule_resource_group
+
+        schedule_resource_group.apply_async(args=[group.pk], countdown=1 if result.busy else 0)
+    return result
+
+
+def _holds(group: ResourceGroup) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for alloc_id, name in Placement.objects.filter(allocation__resource_group=group, kind="held").values_list(
+            "allocation_id", "node__name"):
+        out.setdefault(alloc_id, []).append(name)
+    return out
+
+
+def _reserve_holds(snap: Snapshot, holds: dict[int, list[str]], exclude: int | None) -> None:
+    """Free capacity on held nodes is kept for their preemptor: others see it as taken."""
+    cluster = snap.cluster
+    for alloc_id, names in holds.items():
+        if alloc_id == exclude:
+            continue
+        placement = {}
+        for name in names:
+            i = cluster.node_index.get(name)
+            if i is None:
+                continue
+            free = {r: float(cluster.cap[i, j] - cluster.used[i, j]) for j, r in enumerate(cluster.res_names)}
+            placement[name] = {r: v for r, v in free.items() if v > 0}
+        if placement:
+            cluster.add(em.Allocation(id=f"hold:{alloc_id}", state="terminating", placement=placement,
+                                      preemptible=False))
+
+
+def _release_reservation(snap: Snapshot, alloc_id: int) -> None:
+    snap.cluster.remove(f"hold:{alloc_id}")
+
+
+def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, moment: datetime,
+           latency: float, result: PassResult) -> None:
+    group = snap.group
+    alloc = Allocation(pk=row["id"], tenant_id=row["tenant_id"], resource_group_id=group.pk)
+    if decision.outcome == "fits":
+        placed = allocation_place(allocation=alloc, node_ids=snap.node_ids, nodes=list(decision.nodes),
+                                  borrowed=list(decision.borrowed), now=moment)
+        snap.cluster.add(replace(req, state="running", started_at=moment.timestamp(), held_nodes=(),
+                                 placement={n: dict(req.per_node) for n in decision.nodes}))
+        if decision.borrowed:  # lending limits changed: reload rather than patch node rows
+            fresh = load_snapshot(group)
+            snap.cluster, snap.node_ids = fresh.cluster, fresh.node_ids
+        result.placed += 1
+        del placed
+        return
+    if decision.outcome == "wait":
+        if _changed(row["id"], decision):
+            record_decision(group, row["id"], decision, snap, moment, latency, Execution.RECORDED)
+        result.waiting += 1
+        return
+    shadow = group.shadow
+    with transaction.atomic():
+        record = record_decision(group, row["id"], decision, snap, moment, latency,
+                                 Execution.SHADOW if shadow else Execution.EXECUTED)
+        if not shadow:
+            for v in decision.victims:
+                victim = Allocation.objects.get(pk=int(v.id))
+                allocation_preempt(allocation=victim, decision=record, action=v.action, now=moment,
+                                   checkpoint_timeout_s=snap.policy.checkpoint_timeout_minutes * 60)
+            allocation_hold(allocation=alloc, node_ids=snap.node_ids, nodes=list(decision.nodes))
+        event_on_commit("decision", {"decision": record.pk, "preemptor": row["id"], "code": decision.code,
+                                     "victims": [v.id for v in decision.victims], "shadow": shadow},
+                        row["tenant_id"])
+    if not shadow:
+        for v in decision.victims:
+            old = snap.cluster.remove(v.id)
+            if old is not None:
+                snap.cluster.add(replace(old, state="checkpointing" if v.action == "checkpoint" else "terminating"))
+    result.preempted += 1
+    result.decisions.append(record.pk)
+
+
+def _changed(alloc_id: int, decision: Decision) -> bool:
+    """A waiting request's decision is stored when its reason changes, not on every pass."""
+    last = PreemptionDecision.objects.filter(preemptor_id=alloc_id).order_by("-id").values_list(
+        "code", flat=True).first()
+    return last != decision.code
+
+
+def record_decision(group: ResourceGroup, alloc_id: int, decision: Decision, snap: Snapshot, moment: datetime,
+                    latency: float, outcome: str) -> PreemptionDecision:
+    candidates = [c.to_dict() for c in decision.candidates]
+    if len(candidates) > STORED_CANDIDATES:
+        counts: dict[str, int] = {}
+        kept = []
+        for c in candidates:
+            if c["verdict"] == "ineligible":
+                counts[c["code"]] = counts.get(c["code"], 0) + 1
+            else:
+                kept.append(c)
+        candidates = [*kept, {"summary": counts}]
+    record = PreemptionDecision.objects.create(
+        resource_group=group, preemptor_id=alloc_id, decided_for=moment, result=decision.outcome,
+        code=decision.code, trigger=decision.trigger or "", nodes=list(decision.nodes),
+        borrowed=list(decision.borrowed), victims=[v.to_dict() for v in decision.victims],
+        candidates=candidates, explanation=decision.explanation,
+        policy_snapshot={**(group.policy or {}), "paused": group.paused, "shadow": group.shadow},
+        outcome=outcome, latency_ms=latency)
+    if decision.victims:
+        record.victim_allocations.set([int(v.id) for v in decision.victims])
+    return record

@@ -1,0 +1,117 @@
+"""Rows -> engine types: the one loader of a resource group's snapshot.
+
+A fixed number of queries whatever the size (asserted in a test): nodes,
+vClusters, session types, tenants with quotas, holding allocations, their
+placements.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from scheduling.engine import Cluster
+from scheduling.engine import model as em
+from scheduling.engine.parse import parse_policy
+from scheduling.models import Allocation, Placement, ResourceGroup, SessionType, Tenant, VCluster
+from scheduling.states import HOLDING
+
+RES = ("gpu", "cpu", "memory")
+
+
+def ts(moment: datetime | None) -> float | None:
+    return moment.timestamp() if moment is not None else None
+
+
+def policy_of(group: ResourceGroup) -> em.Policy:
+    """The engine policy of a group; the group's own ``paused`` switch wins."""
+    raw = {k: v for k, v in (group.policy or {}).items() if k != "paused"}
+    raw.setdefault("kind", "class_cost")
+    raw["paused"] = group.paused
+    return parse_policy(raw)
+
+
+def _resources(row: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    return {r: float(row[prefix + r]) for r in RES if row[prefix + r]}
+
+
+def engine_allocation(row: dict[str, Any], placement: dict[str, dict[str, float]] | None = None,
+                      held: tuple[str, ...] = ()) -> em.Allocation:
+    """One allocation row (``values()`` of ALLOCATION_FIELDS) as the engine sees it."""
+    return em.Allocation(
+        id=str(row["id"]), tenant=row["tenant__name"], user=row["user__username"],
+        vcluster=row["vcluster__name"], session_type=row["session_type__name"],
+        preemption_class=row["preemption_class"], priority=row["priority"], checkpoint=row["checkpoint"],
+        checkpoint_minutes=row["checkpoint_minutes"], last_checkpoint_at=ts(row["last_checkpoint_at"]),
+        submitted_at=ts(row["submitted_at"]), started_at=ts(row["started_at"]),
+        walltime_minutes=row["walltime_minutes"], sensitive=row["sensitive"], preemptible=row["preemptible"],
+        exclusive=row["exclusive"], forced=row["forced"], backfill=row["backfill"],
+        protected_until=ts(row["protected_until"]), preempted_count=row["preempted_count"],
+        state=row["state"] if row["state"] in ("running", "checkpointing", "terminating") else "running",
+        placement=placement or {}, nodes=row["node_count"],
+        per_node={r: float(row[f"per_node_{r}"]) for r in RES if row[f"per_node_{r}"]},
+        labels=dict((row["constraints"] or {}).get("labels") or {}),
+        same=(row["constraints"] or {}).get("same"), value=row["value"], preemptive=row["preemptive"],
+        held_nodes=tuple(sorted(held)),
+    )
+
+
+ALLOCATION_FIELDS = (
+    "id", "tenant__name", "user__username", "vcluster__name", "session_type__name", "preemption_class",
+    "priority", "checkpoint", "checkpoint_minutes", "last_checkpoint_at", "submitted_at", "started_at",
+    "walltime_minutes", "sensitive", "preemptible", "exclusive", "forced", "backfill", "protected_until",
+    "preempted_count", "state", "node_count", "per_node_gpu", "per_node_cpu", "per_node_memory",
+    "constraints", "value", "preemptive",
+)
+
+
+class Snapshot:
+    """The engine cluster of one resource group plus what the scheduler needs around it."""
+
+    def __init__(self, group: ResourceGroup, cluster: Cluster, node_ids: dict[str, int]) -> None:
+        self.group = group
+        self.cluster = cluster
+        self.node_ids = node_ids
+        self.node_names = {pk: name for name, pk in node_ids.items()}
+        self.policy = policy_of(group)
+
+
+def load_snapshot(group: ResourceGroup) -> Snapshot:
+    from nodes.models import Node
+
+    nodes = list(Node.objects.filter(resource_group=group).values(
+        "id", "name", "gpu", "cpu", "memory", "labels", "vcluster__name", "borrowed_by__name", "state"))
+    vclusters = [em.VCluster(name=v["name"], type=v["type"], allow_lending=v["allow_lending"],
+                             allow_borrowing=v["allow_borrowing"], max_borrow_pct=v["max_borrow_pct"])
+                 for v in VCluster.objects.filter(resource_group=group).values(
+                     "name", "type", "allow_lending", "allow_borrowing", "max_borrow_pct")]
+    session_types = [session_type_of(st) for st in SessionType.objects.filter(resource_group=group)]
+    tenants = [em.Tenant(name=t["name"], fair_share=t["quota__fair_share"] or 0.0,
+                         burst_allowance=t["quota__burst_allowance"],
+                         below_fair_share_since=ts(t["below_fair_share_since"]))
+               for t in Tenant.objects.values("name", "quota__fair_share", "quota__burst_allowance",
+                                              "below_fair_share_since")]
+    rows = list(Allocation.objects.filter(resource_group=group, state__in=HOLDING).values(*ALLOCATION_FIELDS))
+    placements: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
+    for p in Placement.objects.filter(allocation__resource_group=group, allocation__state__in=HOLDING,
+                                      kind="assigned").values("allocation_id", "node__name", *RES):
+        placements[p["allocation_id"]][p["node__name"]] = _resources(p)
+    engine_nodes = [em.Node(name=n["name"], capacity=_resources(n), labels=n["labels"] or {},
+                            vcluster=n["vcluster__name"], borrowed_by=n["borrowed_by__name"], state=n["state"])
+                    for n in nodes]
+    running = [engine_allocation(r, placements.get(r["id"], {})) for r in rows if placements.get(r["id"])]
+    cluster = Cluster(engine_nodes, running, tenants, vclusters, session_types)
+    return Snapshot(group, cluster, {n["name"]: n["id"] for n in nodes})
+
+
+def session_type_of(st: SessionType) -> em.SessionType:
+    preempts = []
+    for entry in st.preempts or []:
+        if isinstance(entry, str):
+            preempts.append(em.Preempts(queue=entry))
+        else:
+            preempts.append(em.Preempts(queue=entry["queue"], pref=int(entry.get("pref", 0))))
+    return em.SessionType(name=st.name, priority=st.priority, preemptive=st.preemptive,
+                          preemptable=st.preemptable, preempts=tuple(preempts), rank=st.rank, scope=st.scope,
+                          criteria=st.criteria)

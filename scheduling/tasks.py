@@ -1,0 +1,28 @@
+"""Celery tasks: ids in, one action called. Retries and limits live here."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from scheduling.actions.preemption import allocation_deadline, sweep
+from scheduling.models import Allocation, ResourceGroup
+from scheduling.scheduler import schedule_pass
+
+
+@shared_task(name="scheduling.schedule_resource_group", ignore_result=True, time_limit=120)
+def schedule_resource_group(group_id: int) -> None:
+    schedule_pass(group_id)
+
+
+@shared_task(name="scheduling.preemption_deadline", ignore_result=True, time_limit=60)
+def preemption_deadline(allocation_id: int) -> None:
+    alloc = Allocation.objects.filter(pk=allocation_id).first()
+    if alloc is not None:
+        allocation_deadline(allocation=alloc)
+
+
+@shared_task(name="scheduling.sweep", ignore_result=True, time_limit=120)
+def periodic_sweep() -> None:
+    sweep()
+    for group_id in ResourceGroup.objects.values_list("pk", flat=True):
+        schedule_pass(group_id)
