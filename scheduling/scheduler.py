@@ -212,6 +212,14 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
     result.decisions.append(record.pk)
 
 
+def _victim_row(snap: Snapshot, victim: object) -> dict:
+    row = victim.to_dict()  # type: ignore[attr-defined]
+    slot = snap.cluster.slot_of.get(row["id"])
+    alloc = snap.cluster.objs[slot] if slot is not None else None
+    row["vcluster"] = alloc.vcluster if alloc is not None else None
+    return row
+
+
 def _changed(alloc_id: int, decision: Decision) -> bool:
     """A waiting request's decision is stored when its reason changes, not on every pass."""
     last = PreemptionDecision.objects.filter(preemptor_id=alloc_id).order_by("-id").values_list(
@@ -234,7 +242,7 @@ def record_decision(group: ResourceGroup, alloc_id: int, decision: Decision, sna
     record = PreemptionDecision.objects.create(
         resource_group=group, preemptor_id=alloc_id, decided_for=moment, result=decision.outcome,
         code=decision.code, trigger=decision.trigger or "", nodes=list(decision.nodes),
-        borrowed=list(decision.borrowed), victims=[v.to_dict() for v in decision.victims],
+        borrowed=list(decision.borrowed), victims=[_victim_row(snap, v) for v in decision.victims],
         candidates=candidates, explanation=decision.explanation,
         policy_snapshot={**(group.policy or {}), "paused": group.paused, "shadow": group.shadow},
         outcome=outcome, latency_ms=latency)

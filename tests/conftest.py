@@ -125,3 +125,36 @@ def make_allocation(resource_group, tenant_physics):
         return Allocation.objects.create(**defaults)
 
     return make
+
+
+@pytest.fixture
+def tenant_chemistry(db, django_user_model):
+    """A second tenant (bob): the one that must never see physics' work."""
+    from scheduling.models import Membership, Quota, Tenant
+
+    tenant = Tenant.objects.create(name="chemistry")
+    Quota.objects.create(tenant=tenant, max_nodes=8, max_gpus=64, max_concurrent_allocations=10, fair_share=0.5)
+    bob = django_user_model.objects.create_user("bob", password="pw-bob-123")
+    Membership.objects.create(user=bob, tenant=tenant)
+    return tenant
+
+
+@pytest.fixture
+def two_nodes(resource_group, vcluster_hpc):
+    """Two ready 8-GPU nodes in hpc: small enough to fill with two jobs."""
+    from nodes.models import Node
+
+    return [Node.objects.create(name=f"gpu-{c}", resource_group=resource_group, vcluster=vcluster_hpc, gpu=8,
+                                cpu=64, memory=512, labels={"switch": "s1"}, state="ready") for c in "ab"]
+
+
+@pytest.fixture
+def api_for(client):
+    """A logged-in API client for a username."""
+    from django.contrib.auth import get_user_model
+
+    def login(username):
+        client.force_login(get_user_model().objects.get(username=username))
+        return client
+
+    return login

@@ -182,7 +182,7 @@ def _kind_codes(cluster: Cluster, codes: IArr, policy: Policy, req: Allocation, 
         shares = cluster.tenant_shares()
         fair = cluster.t_fair
         _assign(codes, ~(shares[tenant] > fair[tenant] + EPS), "NOT_OVER_ALLOCATED")
-        after = _share_after(cluster, tenant, cluster.a_held[:n])
+        after: FArr = cluster.cached("share_after", lambda: _share_after(cluster, tenant, cluster.a_held[:n]))
         _assign(codes, after < fair[tenant] - EPS, "NOT_OVER_ALLOCATED")
         ranks = cluster.st_rank[cluster.a_st[:n]]
         mine = gates.session_type

@@ -74,4 +74,4 @@ def test_simulate_api_is_for_operators_only(client, tenant_physics, django_user_
     client.force_login(django_user_model.objects.get(username="alice"))
     assert client.post("/api/v1/simulate/", {}, content_type="application/json").status_code == 403
     client.logout()
-    assert client.post("/api/v1/simulate/", {}, content_type="application/json").status_code == 403
+    assert client.post("/api/v1/simulate/", {}, content_type="application/json").status_code == 401

@@ -1,0 +1,96 @@
+"""Concurrency on a real PostgreSQL: hard quotas under racing submissions, one pass per group."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from scheduling.actions.admission import allocation_submit
+from scheduling.errors import QuotaExceeded
+from scheduling.models import Allocation, Placement, PreemptionDecision
+from scheduling.scheduler import schedule_pass
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def _in_threads(n: int, work) -> list:
+    barrier = threading.Barrier(n)
+    results: list = [None] * n
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = work(i)
+        except Exception as exc:  # collected and asserted by the caller
+            results[i] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return results
+
+
+def test_twenty_racing_submissions_never_exceed_a_quota_of_ten(resource_group, tenant_physics):
+    assert connection.vendor == "postgresql"
+    quota = tenant_physics.quota
+    quota.max_concurrent_allocations = 10
+    quota.max_gpus = 1000
+    quota.max_nodes = 1000
+    quota.save()
+    user = tenant_physics.memberships.first().user
+
+    def submit(i: int):
+        return allocation_submit(user=user, tenant=tenant_physics, group=resource_group,
+                                 fields={"name": f"r{i}", "node_count": 1, "per_node_gpu": 1})
+
+    results = _in_threads(20, submit)
+    kinds = Counter(type(r).__name__ for r in results)
+    assert kinds == {"Allocation": 10, "QuotaExceeded": 10}, results
+    assert Allocation.objects.filter(tenant=tenant_physics).count() == 10
+    refused = next(r for r in results if isinstance(r, QuotaExceeded))
+    assert (refused.detail["current"], refused.detail["requested"], refused.detail["limit"]) == (10, 1, 10)
+
+
+def test_two_passes_at_once_never_share_capacity_or_preempt_twice(resource_group, vcluster_hpc, two_nodes,
+                                                                  make_allocation):
+    now = timezone.now()
+    for node in two_nodes:
+        low = make_allocation(state="running", node_count=1, per_node_gpu=8, preemption_class=1,
+                              checkpoint="auto", vcluster=vcluster_hpc, started_at=now)
+        Placement.objects.create(allocation=low, node=node, gpu=8)
+    for i in range(6):
+        make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=5 + i % 3,
+                        checkpoint="auto", vcluster=vcluster_hpc, name=f"p{i}")
+
+    results = _in_threads(2, lambda i: schedule_pass(resource_group.pk))
+    assert all(not isinstance(r, Exception) for r in results), results
+    assert sum(r.busy for r in results) >= 1 or sum(r.preempted for r in results) <= 2
+
+    for node in two_nodes:
+        assert Placement.objects.filter(node=node, kind="assigned").count() <= 1
+        assert Placement.objects.filter(node=node, kind="held").count() <= 1
+    chosen = Counter(v["id"] for d in PreemptionDecision.objects.filter(outcome="executed") for v in d.victims)
+    assert chosen and max(chosen.values()) == 1
+    # a second round of racing passes changes nothing: victims are already leaving
+    before = PreemptionDecision.objects.filter(outcome="executed").count()
+    _in_threads(2, lambda i: schedule_pass(resource_group.pk))
+    assert PreemptionDecision.objects.filter(outcome="executed").count() == before
+
+
+def test_two_passes_at_once_never_place_two_requests_on_one_free_node(resource_group, vcluster_hpc,
+                                                                       node_gpu_a, make_allocation):
+    for i in range(12):
+        make_allocation(state="pending", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc, name=f"p{i}")
+    for _ in range(3):
+        results = _in_threads(2, lambda i: schedule_pass(resource_group.pk))
+        assert all(not isinstance(r, Exception) for r in results), results
+        assert Allocation.objects.filter(state="running").count() == 1
+        assert Placement.objects.filter(node=node_gpu_a, kind="assigned").count() == 1

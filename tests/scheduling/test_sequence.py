@@ -1,0 +1,208 @@
+"""The preemption sequence, step by step through the actions, and every timeout path."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduling.actions.preemption import (
+    allocation_checkpoint_done,
+    allocation_checkpoint_progress,
+    allocation_deadline,
+    allocation_defer,
+    allocation_exited,
+    sweep,
+)
+from scheduling.models import Allocation, Placement, PreemptionDecision
+from scheduling.scheduler import schedule_pass
+from scheduling.snapshot import load_snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def one_node(resource_group, vcluster_hpc, node_gpu_a):
+    """A single 8-GPU node: any second whole-node job must preempt."""
+    return node_gpu_a
+
+
+def _job(make_allocation, klass, **kw):
+    fields = {"state": "pending", "node_count": 1, "per_node_gpu": 8, "preemption_class": klass,
+              "checkpoint": "auto", "vcluster_id": None, **kw}
+    return make_allocation(**fields)
+
+
+def _state(alloc):
+    alloc.refresh_from_db()
+    return alloc.state
+
+
+def test_full_sequence_low_checkpoints_high_runs_low_resumes(resource_group, vcluster_hpc, one_node,
+                                                             make_allocation):
+    low = _job(make_allocation, 2, vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    assert _state(low) == "running"
+    submitted = low.submitted_at
+
+    high = _job(make_allocation, 7, vcluster=vcluster_hpc)
+    result = schedule_pass(resource_group.pk)
+    assert result.preempted == 1
+    decision = PreemptionDecision.objects.get(preemptor=high)
+    assert (decision.result, decision.code, decision.outcome) == ("preempt", "PREEMPT", "executed")
+    assert [v["id"] for v in decision.victims] == [str(low.pk)]
+    assert {c["id"]: c["code"] for c in decision.candidates} == {str(low.pk): "SELECTED"}
+    assert _state(low) == "checkpointing" and _state(high) == "pending"
+    assert list(high.placements.values_list("kind", "node__name")) == [("held", "gpu-a")]
+
+    # while the victim checkpoints, the high request waits for it and nothing new is chosen
+    schedule_pass(resource_group.pk)
+    assert _state(high) == "pending"
+    assert PreemptionDecision.objects.filter(preemptor=high).latest("id").code == "AWAITING_VICTIMS"
+
+    allocation_checkpoint_done(allocation=low, ok=True, location="/ckpt/low", size_bytes=10)
+    low.refresh_from_db()
+    assert low.state == "pending"
+    assert (low.preempted_count, low.resume_from_checkpoint, low.submitted_at) == (1, True, submitted)
+    assert list(low.events.order_by("id").values_list("to_state", flat=True)) == [
+        "running", "checkpointing", "suspended", "pending"]
+
+    schedule_pass(resource_group.pk)
+    assert _state(high) == "running" and _state(low) == "pending"
+    assert list(high.placements.values_list("kind", flat=True)) == ["assigned"]
+    assert PreemptionDecision.objects.get(pk=decision.pk).released_at is not None
+
+    allocation_exited(allocation=high, exit_code=0, reason="completed")
+    assert _state(high) == "completed"
+    schedule_pass(resource_group.pk)
+    low.refresh_from_db()
+    assert low.state == "running" and low.resume_from_checkpoint
+
+
+def test_duplicate_and_late_reports_change_nothing(resource_group, vcluster_hpc, one_node, make_allocation):
+    low = _job(make_allocation, 2, vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    allocation_exited(allocation=low, exit_code=0, reason="completed")
+    events = low.events.count()
+    allocation_exited(allocation=low, exit_code=0, reason="completed")
+    allocation_checkpoint_done(allocation=low, ok=True)
+    assert _state(low) == "completed" and low.events.count() == events
+
+
+def _preempted_pair(resource_group, vcluster_hpc, make_allocation, checkpoint="auto"):
+    low = _job(make_allocation, 2, vcluster=vcluster_hpc, checkpoint=checkpoint)
+    schedule_pass(resource_group.pk)
+    high = _job(make_allocation, 7, vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    low.refresh_from_db()
+    return low, high
+
+
+def test_responsive_checkpoint_gets_its_timeout_extended_once(resource_group, vcluster_hpc, one_node,
+                                                             make_allocation):
+    low, _ = _preempted_pair(resource_group, vcluster_hpc, make_allocation)
+    first_deadline = low.deadline_at
+    timeout = first_deadline - low.checkpoint_started_at
+    allocation_checkpoint_progress(allocation=low)
+    allocation_deadline(allocation=low, now=first_deadline + timedelta(seconds=1))
+    low.refresh_from_db()
+    assert low.state == "checkpointing" and low.deadline_extended
+    assert low.deadline_at == first_deadline + timeout * 0.5
+    allocation_deadline(allocation=low, now=low.deadline_at + timedelta(seconds=1))
+    assert _state(low) == "failed"
+    assert not Placement.objects.filter(allocation=low).exists()
+
+
+def test_unresponsive_checkpoint_is_terminated_and_fails(resource_group, vcluster_hpc, one_node, make_allocation):
+    low, high = _preempted_pair(resource_group, vcluster_hpc, make_allocation)
+    allocation_deadline(allocation=low, now=low.deadline_at - timedelta(seconds=1))
+    assert _state(low) == "checkpointing"  # not yet
+    allocation_deadline(allocation=low, now=low.deadline_at + timedelta(seconds=1))
+    low.refresh_from_db()
+    assert low.state == "failed" and low.events.latest("id").reason == "checkpoint timed out: terminated"
+    schedule_pass(resource_group.pk)
+    assert _state(high) == "running"
+
+
+def test_deferral_is_granted_up_to_five_minutes_in_total(resource_group, vcluster_hpc, one_node, make_allocation):
+    low, _ = _preempted_pair(resource_group, vcluster_hpc, make_allocation)
+    start = low.deadline_at
+    assert allocation_defer(allocation=low, seconds=200) == 200
+    assert allocation_defer(allocation=low, seconds=200) == 100
+    assert allocation_defer(allocation=low, seconds=50) == 0
+    low.refresh_from_db()
+    assert low.deadline_at == start + timedelta(seconds=300) and low.deferred_seconds == 300
+
+
+def test_terminate_victim_is_requeued_from_scratch_when_it_exits(resource_group, vcluster_hpc, one_node,
+                                                                 make_allocation):
+    low, _ = _preempted_pair(resource_group, vcluster_hpc, make_allocation, checkpoint="none")
+    assert low.state == "terminating"
+    allocation_exited(allocation=low, exit_code=143, reason="terminated")
+    low.refresh_from_db()
+    assert (low.state, low.preempted_count, low.resume_from_checkpoint) == ("pending", 1, False)
+
+
+def test_terminate_mode_ends_victims_as_preempted(resource_group, vcluster_hpc, one_node, make_allocation):
+    resource_group.policy = {"kind": "class_cost", "mode": "terminate"}
+    resource_group.save()
+    low, _ = _preempted_pair(resource_group, vcluster_hpc, make_allocation)
+    assert low.state == "terminating"
+    allocation_exited(allocation=low, exit_code=143, reason="terminated")
+    assert _state(low) == "preempted"
+
+
+def test_lost_worker_between_steps_is_recovered_by_the_sweep(resource_group, vcluster_hpc, one_node,
+                                                             make_allocation):
+    """The deadline task never ran (worker killed): the sweep derives it from the rows, twice safely."""
+    low, high = _preempted_pair(resource_group, vcluster_hpc, make_allocation)
+    later = low.deadline_at + timedelta(seconds=5)
+    assert sweep(now=later)["deadlines"] == 1
+    state_after_first = (_state(low), list(low.events.values_list("to_state", flat=True)))
+    assert sweep(now=later)["deadlines"] == 0
+    assert (_state(low), list(low.events.values_list("to_state", flat=True))) == state_after_first
+    schedule_pass(resource_group.pk)
+    assert _state(high) == "running"
+
+
+def test_shadow_group_records_but_never_preempts(resource_group, vcluster_hpc, one_node, make_allocation):
+    resource_group.shadow = True
+    resource_group.save()
+    low, high = _preempted_pair(resource_group, vcluster_hpc, make_allocation)
+    assert low.state == "running" and _state(high) == "pending"
+    assert PreemptionDecision.objects.get(preemptor=high).outcome == "shadow"
+
+
+def test_paused_group_never_preempts(resource_group, vcluster_hpc, one_node, make_allocation):
+    resource_group.paused = True
+    resource_group.save()
+    low, high = _preempted_pair(resource_group, vcluster_hpc, make_allocation)
+    assert low.state == "running"
+    assert PreemptionDecision.objects.get(preemptor=high).code == "PREEMPTION_PAUSED"
+
+
+def test_waiting_decisions_are_stored_when_their_reason_changes(resource_group, vcluster_hpc, one_node,
+                                                                make_allocation):
+    _job(make_allocation, 9, vcluster=vcluster_hpc, checkpoint="none")
+    schedule_pass(resource_group.pk)
+    waiting = _job(make_allocation, 9, vcluster=vcluster_hpc)
+    for _ in range(3):
+        schedule_pass(resource_group.pk)
+    assert PreemptionDecision.objects.filter(preemptor=waiting).count() == 1
+
+
+def test_snapshot_loads_in_a_fixed_number_of_queries(resource_group, vcluster_hpc, make_allocation,
+                                                     django_assert_num_queries):
+    from nodes.models import Node
+
+    nodes = [Node.objects.create(name=f"n{i}", resource_group=resource_group, vcluster=vcluster_hpc, gpu=8,
+                                 state="ready") for i in range(20)]
+    for i, node in enumerate(nodes):
+        alloc = _job(make_allocation, 1, vcluster=vcluster_hpc, state="running", started_at=timezone.now())
+        Placement.objects.create(allocation=alloc, node=node, gpu=8)
+        del i
+    with django_assert_num_queries(6):
+        snap = load_snapshot(resource_group)
+    assert len(snap.cluster.allocs) == 20
+    assert Allocation.objects.count() == 20
