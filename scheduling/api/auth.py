@@ -31,3 +31,17 @@ class ApiTokenAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Any) -> str:
         return "Token"
+
+
+try:
+    from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
+    class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+        target_class = "scheduling.api.auth.ApiTokenAuthentication"
+        name = "tokenAuth"
+
+        def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+            return {"type": "apiKey", "in": "header", "name": "Authorization",
+                    "description": "'Token <key>' (issue one with manage.py api_token USER)"}
+except ImportError:  # the schema generator is optional at run time
+    pass

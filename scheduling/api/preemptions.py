@@ -9,6 +9,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from scheduling.api.serializers import DecisionOutput
 from scheduling.selectors import decisions_visible, redact_decision
 
 
@@ -19,6 +20,7 @@ class NewestFirst(CursorPagination):
 
 class PreemptionViewSet(viewsets.ReadOnlyModelViewSet):
     pagination_class = NewestFirst
+    serializer_class = DecisionOutput
 
     def get_queryset(self) -> Any:
         qs = decisions_visible(self.request.user)

@@ -129,3 +129,22 @@ class EventOutput(serializers.ModelSerializer):
         model = AllocationEvent
         fields = ["id", "created_at", "from_state", "to_state", "reason", "decision", "actor"]
         read_only_fields = fields
+
+
+class DecisionOutput(serializers.Serializer):
+    """A decision record as the reader may see it (tenants: other tenants' work by class only)."""
+
+    id = serializers.IntegerField()
+    resource_group = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    decided_for = serializers.DateTimeField()
+    outcome = serializers.CharField()
+    code = serializers.CharField()
+    trigger = serializers.CharField(allow_null=True)
+    nodes = serializers.ListField(child=serializers.CharField())
+    borrowed = serializers.ListField(child=serializers.CharField())
+    execution = serializers.CharField()
+    preemptor = serializers.JSONField()
+    victims = serializers.ListField(child=serializers.DictField())
+    candidates = serializers.ListField(child=serializers.DictField())
+    explanation = serializers.CharField()
