@@ -43,6 +43,27 @@ def agent_command_on_commit(node_name: str, frame: dict[str, Any]) -> None:
     transaction.on_commit(lambda: _send(agent_group(node_name), {"type": "agent.command", "frame": frame}))
 
 
+def agent_commands_on_commit(commands: list[tuple[str, dict[str, Any]]]) -> None:
+    """Many commands, sent after commit in one go (one event-loop hop, not one per frame)."""
+    if not commands:
+        return
+
+    async def send_all() -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        for node_name, frame in commands:
+            await layer.group_send(agent_group(node_name), {"type": "agent.command", "frame": frame})
+
+    def run() -> None:
+        try:
+            async_to_sync(send_all)()
+        except Exception:  # the sweep and the agents' hello re-derive anything lost
+            log.warning("could not send %d agent commands", len(commands), exc_info=True)
+
+    transaction.on_commit(run)
+
+
 def event_on_commit(kind: str, payload: dict[str, Any], tenant_id: int | None) -> None:
     """A live event for operators (and the tenant it concerns), sent after commit."""
     message = {"type": "live.event", "event": {"kind": kind, **payload}}

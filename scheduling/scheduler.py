@@ -32,8 +32,11 @@ from scheduling.snapshot import ALLOCATION_FIELDS, Snapshot, engine_allocation, 
 from scheduling.states import State
 
 log = logging.getLogger(__name__)
-PASS_BUDGET = 200
-# Candidates stored in full up to this many; beyond it, every eligible one plus counts per code.
+PASS_BUDGET = 2000
+# Consecutive fitting requests are committed together, a few dozen per transaction.
+FIT_BATCH = 50
+# Candidates stored in full up to this many; beyond, the victims and every candidate on the
+# chosen nodes, with counts per code for the others.
 STORED_CANDIDATES = 5000
 
 
@@ -117,6 +120,8 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
         result.more = len(queue) > budget
         holds = _holds(group)
         _reserve_holds(snap, holds, exclude=None)
+        quotas = QuotaBook.load()
+        batch: list[tuple[dict, em.Allocation, Decision]] = []
         for row in queue[:budget]:
             moment = now or timezone.now()
             mine = holds.get(row["id"], [])
@@ -126,11 +131,21 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
             started = time.perf_counter()
             decision = decide(snap.cluster, snap.policy, req, moment.timestamp())
             latency = (time.perf_counter() - started) * 1000
+            result.decided += 1
+            if decision.outcome == "fits" and not decision.borrowed:
+                if not quotas.take(row):
+                    continue  # a hard quota would be exceeded: it waits, admission already said so
+                snap.cluster.add(_running(req, decision, moment))
+                batch.append((row, req, decision))
+                if len(batch) >= FIT_BATCH:
+                    _flush_fits(snap, batch, moment, result)
+                continue
+            _flush_fits(snap, batch, moment, result)
             try:
                 _apply(snap, row, req, decision, moment, latency, result)
             except DomainError as exc:  # lost a race with a report or a cancel; the next pass retries
                 log.info("decision for %s not applied: %s", row["id"], exc)
-            result.decided += 1
+        _flush_fits(snap, batch, now or timezone.now(), result)
     # Keep going while there is progress; otherwise the next event or the sweep resumes.
     progress = (result.more and (result.placed or result.preempted)) or result.busy
     if progress and not settings.CELERY_TASK_ALWAYS_EAGER:
@@ -138,6 +153,85 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
 
         schedule_resource_group.apply_async(args=[group.pk], countdown=1 if result.busy else 0)
     return result
+
+
+class QuotaBook:
+    """Hard quotas at placement, counted in memory for the pass (one query to load)."""
+
+    def __init__(self, limits: dict[int, tuple[int, int, int]], used: dict[int, list[int]]) -> None:
+        self.limits = limits
+        self.used = used
+
+    @classmethod
+    def load(cls) -> QuotaBook:
+        from django.db.models import Count, F, Sum
+
+        from scheduling.models import Quota
+        from scheduling.states import HOLDING
+
+        limits = {q["tenant_id"]: (q["max_concurrent_allocations"], q["max_nodes"], q["max_gpus"])
+                  for q in Quota.objects.values("tenant_id", "max_concurrent_allocations", "max_nodes", "max_gpus")}
+        used = {r["tenant_id"]: [r["n"], r["nodes"] or 0, r["gpus"] or 0]
+                for r in Allocation.objects.filter(state__in=HOLDING).values("tenant_id").annotate(
+                    n=Count("id"), nodes=Sum("node_count"), gpus=Sum(F("node_count") * F("per_node_gpu")))}
+        return cls(limits, used)
+
+    def take(self, row: dict) -> bool:
+        limit = self.limits.get(row["tenant_id"])
+        mine = self.used.setdefault(row["tenant_id"], [0, 0, 0])
+        want = (1, row["node_count"], row["node_count"] * row["per_node_gpu"])
+        if limit is not None and any(u + w > lim for u, w, lim in zip(mine, want, limit, strict=True)):
+            return False
+        for i, w in enumerate(want):
+            mine[i] += w
+        return True
+
+    def give_back(self, row: dict) -> None:
+        mine = self.used.get(row["tenant_id"])
+        if mine is not None:
+            for i, w in enumerate((1, row["node_count"], row["node_count"] * row["per_node_gpu"])):
+                mine[i] -= w
+
+
+def _running(req: em.Allocation, decision: Decision, moment: datetime) -> em.Allocation:
+    return replace(req, state="running", started_at=moment.timestamp(), held_nodes=(),
+                   placement={n: dict(req.per_node) for n in decision.nodes})
+
+
+def _flush_fits(snap: Snapshot, batch: list[tuple[dict, em.Allocation, Decision]], moment: datetime,
+                result: PassResult) -> None:
+    """Start every batched fitting request in one short transaction; side effects after commit."""
+    from scheduling.actions.preemption import start_frame
+    from scheduling.dispatch import agent_commands_on_commit
+    from scheduling.models import AllocationEvent
+
+    if not batch:
+        return
+    by_id = {row["id"]: (row, req, decision) for row, req, decision in batch}
+    with transaction.atomic():
+        allocs = {a.pk: a for a in Allocation.objects.select_for_update().filter(
+            pk__in=list(by_id), state=State.PENDING).only(
+            "id", "tenant_id", "command", "env", "per_node_gpu", "per_node_cpu", "per_node_memory",
+            "resume_from_checkpoint")}
+        Placement.objects.filter(allocation_id__in=list(allocs)).delete()
+        Placement.objects.bulk_create([
+            Placement(allocation_id=pk, node_id=snap.node_ids[name], gpu=a.per_node_gpu, cpu=a.per_node_cpu,
+                      memory=a.per_node_memory)
+            for pk, a in allocs.items() for name in by_id[pk][2].nodes])
+        Allocation.objects.filter(pk__in=list(allocs), state=State.PENDING).update(
+            state=State.RUNNING, started_at=moment, state_changed_at=moment)
+        AllocationEvent.objects.bulk_create([
+            AllocationEvent(allocation_id=pk, from_state=State.PENDING, to_state=State.RUNNING,
+                            reason=f"placed on {', '.join(by_id[pk][2].nodes)}") for pk in allocs])
+        agent_commands_on_commit([(name, start_frame(a, name)) for pk, a in allocs.items()
+                                  for name in by_id[pk][2].nodes])
+        for tenant_id in {a.tenant_id for a in allocs.values()}:
+            event_on_commit("allocations.placed", {"allocations": sorted(
+                pk for pk, a in allocs.items() if a.tenant_id == tenant_id)}, tenant_id)
+    for pk in set(by_id) - set(allocs):  # cancelled meanwhile: undo its place in the snapshot
+        snap.cluster.remove(str(pk))
+    result.placed += len(allocs)
+    batch.clear()
 
 
 def _holds(group: ResourceGroup) -> dict[int, list[str]]:
@@ -229,16 +323,10 @@ def _changed(alloc_id: int, decision: Decision) -> bool:
 
 def record_decision(group: ResourceGroup, alloc_id: int, decision: Decision, snap: Snapshot, moment: datetime,
                     latency: float, outcome: str) -> PreemptionDecision:
-    candidates = [c.to_dict() for c in decision.candidates]
-    if len(candidates) > STORED_CANDIDATES:
-        counts: dict[str, int] = {}
-        kept = []
-        for c in candidates:
-            if c["verdict"] == "ineligible":
-                counts[c["code"]] = counts.get(c["code"], 0) + 1
-            else:
-                kept.append(c)
-        candidates = [*kept, {"summary": counts}]
+    rows, others = decision.summary(STORED_CANDIDATES)
+    candidates: list[dict] = [c.to_dict() for c in rows]
+    if others:
+        candidates.append({"summary": others})
     record = PreemptionDecision.objects.create(
         resource_group=group, preemptor_id=alloc_id, decided_for=moment, result=decision.outcome,
         code=decision.code, trigger=decision.trigger or "", nodes=list(decision.nodes),

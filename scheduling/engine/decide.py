@@ -59,7 +59,8 @@ class Decision:
 
     def __init__(self, outcome: str, code: str, trigger: str | None, nodes: tuple[str, ...],
                  borrowed: tuple[str, ...], victims: tuple[Victim, ...], explanation: str,
-                 candidates: Callable[[], tuple[Candidate, ...]]) -> None:
+                 candidates: Callable[[], tuple[Candidate, ...]],
+                 summary: Callable[[int], tuple[tuple[Candidate, ...], dict[str, int]]] | None = None) -> None:
         self.outcome = outcome
         self.code = code
         self.trigger = trigger
@@ -68,6 +69,14 @@ class Decision:
         self.victims = victims
         self.explanation = explanation
         self._candidates = candidates
+        self._summary = summary
+
+    def summary(self, max_rows: int) -> tuple[tuple[Candidate, ...], dict[str, int]]:
+        """Every candidate when there are at most ``max_rows``; else the victims and every candidate
+        on the chosen nodes, and how many of the others have each code."""
+        if self._summary is None:
+            return self.candidates, {}
+        return self._summary(max_rows)
 
     @cached_property
     def candidates(self) -> tuple[Candidate, ...]:
@@ -201,19 +210,25 @@ def decide(cluster: Cluster, policy: Policy, req: Allocation, now: float) -> Dec
     """Decide one request. Pure: reads only its arguments, changes nothing."""
     view = RequestView(cluster, req)
     gates = _gates(cluster, policy, req, now)
-    judged = judge(cluster, view, policy, req, now, gates)
+
+    def judged_now() -> Judged:
+        return judge(cluster, view, policy, req, now, gates)
+
+    if view.fits_now():
+        # Judging every allocation is only needed for the candidate list: do it when read.
+        placed = view.place(view.base_ok)
+        assert placed is not None
+        return _build(cluster, policy, req, gates, judged_now, "fits", "FITS", (), set(), placed[0], placed[1])
+    if req.held_nodes and all(view.is_usable(n) for n in req.held_nodes):
+        return _build(cluster, policy, req, gates, judged_now, "wait", "AWAITING_VICTIMS", (), set(),
+                      req.held_nodes, ())
+    judged = judged_now()
 
     def finish(outcome: str, code: str, victims: Sequence[int] = (), skipped: set[int] | None = None,
                nodes: Sequence[str] = (), borrowed: Sequence[str] = ()) -> Decision:
         return _build(cluster, policy, req, gates, judged, outcome, code, victims, skipped or set(),
                       nodes, borrowed)
 
-    if view.fits_now():
-        placed = view.place(view.base_ok)
-        assert placed is not None
-        return finish("fits", "FITS", nodes=placed[0], borrowed=placed[1])
-    if req.held_nodes and all(view.is_usable(n) for n in req.held_nodes):
-        return finish("wait", "AWAITING_VICTIMS", nodes=req.held_nodes)
     gate = _wait_gate(view, policy, req, gates)
     if gate is not None:
         return finish("wait", gate)
@@ -232,10 +247,24 @@ def decide(cluster: Cluster, policy: Policy, req: Allocation, now: float) -> Dec
     return finish("preempt", "PREEMPT", chosen.victims, chosen.skipped, placed[0], placed[1])
 
 
-def _build(cluster: Cluster, policy: Policy, req: Allocation, gates: Gates, judged: Judged,
+def _build(cluster: Cluster, policy: Policy, req: Allocation, gates: Gates, judged_or: Judged | Callable[[], Judged],
            outcome: str, code: str, victims: Sequence[int], skipped: set[int],
            nodes: Sequence[str], borrowed: Sequence[str]) -> Decision:
     is_cost = policy.kind == "class_cost"
+    if callable(judged_or):
+        assert not victims, "victims are chosen from a judged snapshot"
+        snapshot_version = cluster.version
+
+        def candidates_later() -> tuple[Candidate, ...]:
+            if cluster.version != snapshot_version:
+                raise RuntimeError("the snapshot changed since this decision; read candidates before updating it")
+            judged = judged_or()
+            return _candidates(cluster, judged, is_cost, set(), set())
+
+        return Decision(outcome, code, None, tuple(sorted(nodes)), tuple(sorted(borrowed)), (),
+                        explain(req, policy, outcome, code, tuple(sorted(nodes)), (), tuple(sorted(borrowed)),
+                                cluster), candidates_later)
+    judged = judged_or
     cost = judged.cost
     out_victims = []
     for s in sorted(victims, key=lambda x: str(cluster.a_ids[x])):
@@ -258,25 +287,52 @@ def _build(cluster: Cluster, policy: Policy, req: Allocation, gates: Gates, judg
         else:
             trigger = KIND_REASON[policy.kind]
     chosen = set(victims)
-    codes = judged.codes
+    version = cluster.version
 
     def candidates() -> tuple[Candidate, ...]:
-        rows = []
-        for s in np.flatnonzero(codes >= 0).tolist():
-            ident = str(cluster.a_ids[s])
-            c = float(cost[s]) if is_cost and cost is not None and codes[s] == 0 else None
-            if s in chosen:
-                rows.append(Candidate(ident, "victim", "SELECTED", c))
-            elif s in skipped:
-                rows.append(Candidate(ident, "ineligible", "NOT_OVER_ALLOCATED"))
-            elif codes[s] == 0:
-                rows.append(Candidate(ident, "spared", "NOT_NEEDED", c))
-            else:
-                rows.append(Candidate(ident, "ineligible", CODES[int(codes[s])]))
-        rows.sort(key=lambda c: c.id)
-        return tuple(rows)
+        if cluster.version != version:
+            raise RuntimeError("the snapshot changed since this decision; read candidates before updating it")
+        return _candidates(cluster, judged, is_cost, chosen, skipped)
+
+    def summary(max_rows: int) -> tuple[tuple[Candidate, ...], dict[str, int]]:
+        if cluster.version != version:
+            raise RuntimeError("the snapshot changed since this decision; read candidates before updating it")
+        live = judged.codes >= 0
+        if int(live.sum()) <= max_rows:
+            return candidates(), {}
+        near = np.zeros(len(judged.codes), dtype=bool)
+        node_idx = [cluster.node_index[n] for n in nodes]
+        entries = cluster.live_entries()
+        on = np.isin(cluster.e_node[entries], node_idx)
+        near[cluster.e_alloc[entries][on]] = True
+        near[list(chosen)] = True
+        near &= live
+        rows = _candidates(cluster, judged, is_cost, chosen, skipped, near)
+        rest = live & ~near
+        counts = dict(zip(*np.unique(judged.codes[rest], return_counts=True), strict=True))
+        named = {("NOT_NEEDED" if int(k) == 0 else CODES[int(k)]): int(v) for k, v in counts.items()}
+        return rows, named
 
     text = explain(req, policy, outcome, code, tuple(sorted(nodes)), tuple(out_victims),
                    tuple(sorted(borrowed)), cluster)
     return Decision(outcome, code, trigger, tuple(sorted(nodes)), tuple(sorted(borrowed)),
-                    tuple(out_victims), text, candidates)
+                    tuple(out_victims), text, candidates, summary)
+
+
+def _candidates(cluster: Cluster, judged: Judged, is_cost: bool, chosen: set[int],
+                skipped: set[int], only: BArr | None = None) -> tuple[Candidate, ...]:
+    codes, cost = judged.codes, judged.cost
+    rows = []
+    for s in np.flatnonzero((codes >= 0) if only is None else only).tolist():
+        ident = str(cluster.a_ids[s])
+        c = float(cost[s]) if is_cost and cost is not None and codes[s] == 0 else None
+        if s in chosen:
+            rows.append(Candidate(ident, "victim", "SELECTED", c))
+        elif s in skipped:
+            rows.append(Candidate(ident, "ineligible", "NOT_OVER_ALLOCATED"))
+        elif codes[s] == 0:
+            rows.append(Candidate(ident, "spared", "NOT_NEEDED", c))
+        else:
+            rows.append(Candidate(ident, "ineligible", CODES[int(codes[s])]))
+    rows.sort(key=lambda c: c.id)
+    return tuple(rows)

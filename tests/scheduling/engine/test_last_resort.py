@@ -126,3 +126,16 @@ def test_vcluster_null_request_uses_every_node_as_its_own():
             vclusters=[{"name": "hpc"}, {"name": "ml", "allow_lending": False}])
     out = decide(d)
     assert (out["nodes"], out["borrowed"]) == (["m1"], [])
+
+
+def test_summary_keeps_victims_and_chosen_nodes_and_counts_the_rest():
+    from scheduling.engine import decide_scenario, parse_scenario
+
+    nodes = [node(f"n{i}") for i in range(6)]
+    running = [run(f"a{i}", f"n{i}", preemption_class=1 if i == 0 else 9, checkpoint="auto") for i in range(6)]
+    d = decide_scenario(parse_scenario(doc(CLASS, nodes, running, {"preemption_class": 5})))
+    rows, counts = d.summary(3)
+    assert [(c.id, c.code) for c in rows] == [("a0", "SELECTED")]
+    assert counts == {"CLASS_NOT_LOWER": 5}
+    rows, counts = d.summary(100)
+    assert len(rows) == 6 and counts == {}
