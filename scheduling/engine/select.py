@@ -23,6 +23,8 @@ from .placement import FitCounter, RequestView
 
 COST_EPS = 1e-6
 EXACT_LIMIT = 20
+# Above EXACT_LIMIT eligible candidates, single-node requests search this many best-bounded nodes.
+HEURISTIC_NODES = 16
 # Search steps before the exact search settles for what it has found (>20 candidates only).
 STEP_BUDGET = 200_000
 
@@ -128,9 +130,33 @@ def _by_cost(slots: Sequence[int], cost: FArr, start: FArr, rank: IArr) -> list[
     return sorted(slots, key=lambda s: (float(cost[s]), -float(start[s]), int(rank[s])))
 
 
-def _node_fit(view: RequestView, node: int) -> Callable[[list[int]], bool]:
+def _node_fit(view: RequestView, node: int, slots: Sequence[int] = ()) -> Callable[[list[int]], bool]:
+    """Fit on one node, with each candidate's freed amounts precomputed (plain floats: hot loop)."""
+    cluster = view.cluster
+    idx = view.need_idx.tolist()
+    deficit = [float(view.need[r] - view.free[node, r]) - EPS for r in idx]
+    freed: dict[int, list[float]] = {}
+    for s in slots:
+        amounts = [0.0] * len(idx)
+        for e in cluster.a_entries[s]:
+            if cluster.e_node[e] == node:
+                row = cluster.e_res[e]
+                for j, r in enumerate(idx):
+                    amounts[j] += float(row[r])
+        freed[s] = amounts
+    occupants = int(cluster.count[node])
+    exclusive = view.exclusive
+
     def fits(victims: list[int]) -> bool:
-        return view.qualifies(node, victims)
+        if exclusive and len(victims) != occupants:
+            return view.qualifies(node, victims)
+        for j, d in enumerate(deficit):
+            total = 0.0
+            for v in victims:
+                total += freed[v][j] if v in freed else 0.0
+            if total < d:
+                return False
+        return True
 
     return fits
 
@@ -144,11 +170,11 @@ def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bo
     if not len(ents) or not feasible_with_all(view, potential):
         return Selection(None, "NO_FEASIBLE_SET")
     rank = view.cluster.id_rank()
+    eligible = int(pool.sum())  # the contract's "at most 20 eligible" is about this count
     if view.k == 1:
-        best = _best_single_node(view, ents, potential, cost, start, rank, bound, cost_key)
+        best = _best_single_node(view, ents, potential, cost, start, rank, bound, cost_key, eligible)
     else:
         best = _Best()
-        eligible = int(pool.sum())  # the contract's "at most 20 eligible" is about this count
         if eligible <= EXACT_LIMIT:
             slots = np.unique(view.cluster.e_alloc[ents]).tolist()
             _search(_by_cost(slots, cost, start, rank), cost, bound, best, start, rank, view.feasible)
@@ -182,7 +208,7 @@ def _cost_order(view: RequestView, cost: FArr, key: tuple[float, float]) -> IArr
 
 
 def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr, start: FArr, rank: IArr,
-                      bound: int | None, cost_key: tuple[float, float]) -> _Best:
+                      bound: int | None, cost_key: tuple[float, float], eligible: int) -> _Best:
     cluster = view.cluster
     best = _Best()
     if bound is not None and bound < 1:
@@ -203,28 +229,63 @@ def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr
         best.victims, best.cost = [pick], float(cost[pick])
     if bound is not None and bound < 2:
         return best
-    # A set of two or more victims on a node costs at least its two cheapest candidates.
+    # A node needing m victims costs at least its m cheapest candidates (m: fewest that could
+    # free enough, taking the largest first). Exact when few are eligible; above EXACT_LIMIT the
+    # contract allows a heuristic: search only the most promising nodes.
+    lower, fewest = _lower_bounds(view, ents, potential, cost, cost_key)
+    candidates = np.flatnonzero(np.isfinite(lower) & (fewest >= 2))
+    order = candidates[np.lexsort((fewest[candidates], lower[candidates]))]
+    if eligible > EXACT_LIMIT:
+        order = order[:HEURISTIC_NODES]
+    nodes_of = cluster.e_node[ents]
+    for node in order.tolist():
+        if best.victims is not None and (lower[node] > best.cost + COST_EPS or (
+                lower[node] > best.cost - COST_EPS and fewest[node] > len(best.victims))):
+            break
+        if bound is not None and fewest[node] > bound:
+            continue
+        local = np.unique(slots[nodes_of == node]).tolist()
+        best.steps = 0
+        _search(_by_cost(local, cost, start, rank), cost, bound, best, start, rank,
+                _node_fit(view, node, local))
+    return best
+
+
+def _lower_bounds(view: RequestView, ents: IArr, potential: BArr, cost: FArr,
+                  cost_key: tuple[float, float]) -> tuple[FArr, IArr]:
+    """Per node: the fewest victims that could make it fit, and the sum of that many cheapest costs."""
+    cluster = view.cluster
+    n = len(cluster.node_names)
+    mask = _entry_mask(cluster, ents)
+    fewest = np.zeros(n, dtype=np.int64)
+    for r in view.need_idx.tolist():
+        e = ents[np.lexsort((-cluster.e_res[ents, r], cluster.e_node[ents]))]
+        nodes = cluster.e_node[e]
+        first = np.r_[True, nodes[1:] != nodes[:-1]] if len(nodes) else np.zeros(0, dtype=bool)
+        seg = np.cumsum(first) - 1
+        cum = np.cumsum(cluster.e_res[e, r])
+        within = cum - np.r_[0.0, cum][np.flatnonzero(first)][seg]
+        deficit = view.need[r] - view.free[nodes, r] - EPS
+        enough = within >= deficit
+        pos = np.arange(len(e)) - np.flatnonzero(first)[seg] + 1
+        need_r = np.full(n, np.iinfo(np.int64).max)
+        np.minimum.at(need_r, nodes[enough], pos[enough])
+        fewest = np.maximum(fewest, need_r)
+    if view.exclusive:
+        fewest = np.maximum(fewest, cluster.count)
     order = _cost_order(view, cost, cost_key)
-    ordered = order[_entry_mask(cluster, ents)[order]]
+    ordered = order[mask[order]]
     onode = cluster.e_node[ordered]
     first = np.r_[True, onode[1:] != onode[:-1]] if len(onode) else np.zeros(0, dtype=bool)
-    pos = np.arange(len(ordered))
-    seg = np.maximum.accumulate(np.where(first, pos, 0)) if len(pos) else pos
-    rank_in = pos - seg
-    second = ordered[rank_in == 1]
-    firsts = ordered[rank_in == 0]
-    lower = np.full(len(cluster.node_names), np.inf)
-    lower[cluster.e_node[second]] = cost[cluster.e_alloc[second]]
-    lower[cluster.e_node[firsts]] += cost[cluster.e_alloc[firsts]]
+    seg = np.cumsum(first) - 1
+    cum = np.cumsum(cost[cluster.e_alloc[ordered]])
+    within = cum - np.r_[0.0, cum][np.flatnonzero(first)][seg]
+    pos = np.arange(len(ordered)) - np.flatnonzero(first)[seg] + 1
+    lower = np.full(n, np.inf)
+    hit = pos == fewest[onode]
+    lower[onode[hit]] = within[hit]
     lower[~potential] = np.inf
-    candidates = np.flatnonzero(lower < np.inf)
-    for node in candidates[np.argsort(lower[candidates], kind="stable")].tolist():
-        if best.victims is not None and lower[node] > best.cost + COST_EPS:
-            break
-        local = np.unique(cluster.e_alloc[ordered[onode == node]]).tolist()
-        best.steps = 0
-        _search(_by_cost(local, cost, start, rank), cost, bound, best, start, rank, _node_fit(view, node))
-    return best
+    return lower, fewest
 
 
 def _greedy_by_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr, start: FArr, rank: IArr,
