@@ -8,11 +8,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lattice_site.settings.dev")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from lattice_site.routing import websocket_urlpatterns  # noqa: E402
+from lattice_site.routing import agent_urlpatterns, browser_urlpatterns  # noqa: E402
 
 if settings.DEBUG:
     # Development only; in production a reverse proxy serves collected static files.
@@ -21,6 +20,6 @@ if settings.DEBUG:
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
+        "websocket": URLRouter([*agent_urlpatterns, *browser_urlpatterns]),
     }
 )

@@ -1,4 +1,9 @@
-"""WebSocket routes. Agents (not browsers) authenticate with a bearer token."""
+"""WebSocket routes. Agents authenticate with a bearer token (no Origin header: not a browser)."""
 
+from django.urls import path
 
-websocket_urlpatterns: list = []
+from nodes.consumers import AgentConsumer
+
+agent_urlpatterns = [path("ws/agent/", AgentConsumer.as_asgi())]
+# Browser routes wrap their consumer in AllowedHostsOriginValidator (cross-site WebSocket hijacking).
+browser_urlpatterns: list = []

@@ -78,3 +78,17 @@ class AgentToken(models.Model):
 
     def matches(self, token: str) -> bool:
         return hmac.compare_digest(self.digest, hash_token(token))
+
+
+class ProcessedFrame(models.Model):
+    """Ids of state-changing frames already applied, so a repeated frame has no further effect."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    frame_id = models.CharField(max_length=128)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "frame_id"], name="processed_frame_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}:{self.frame_id}"

@@ -96,6 +96,7 @@ CELERY_TASK_TIME_LIMIT = 120
 CELERY_BEAT_SCHEDULE = {
     # Re-derives deadlines, holds and pending work from the database: recovers any lost message.
     "sweep": {"task": "scheduling.sweep", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5)},
+    "node-liveness": {"task": "nodes.liveness", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5)},
 }
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -1,4 +1,4 @@
-"""manage.py run_scheduler: the periodic sweep and scheduler passes, for the embedded mode.
+"""manage.py run_scheduler: the periodic tasks (sweep, passes, node liveness), for the embedded mode.
 
 With Redis, Celery beat and workers do this; without, this loop does, in its own
 process next to the web server. Stops cleanly on Ctrl-C or SIGTERM.
@@ -10,11 +10,10 @@ import signal
 import time
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from scheduling.actions.preemption import sweep
-from scheduling.models import ResourceGroup
-from scheduling.scheduler import schedule_pass
+from lattice_site.celery import app
 
 
 class Command(BaseCommand):
@@ -33,10 +32,11 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, quit_)
         signal.signal(signal.SIGINT, quit_)
+        app.loader.import_default_modules()
+        periodic = [app.tasks[entry["task"]] for entry in settings.CELERY_BEAT_SCHEDULE.values()]
         while not stop:
-            sweep()
-            for group_id in ResourceGroup.objects.values_list("pk", flat=True):
-                schedule_pass(group_id)
+            for task in periodic:  # what Celery beat would run, in this process
+                task.run()
             if options["once"]:
                 return
             deadline = time.monotonic() + options["interval"]

@@ -1,0 +1,221 @@
+"""Everything an agent's report or a node's liveness changes, as actions (one transaction each).
+
+The consumer only parses frames and calls these; each returns what to answer,
+and any commands are queued for after commit.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from nodes.models import AgentToken, Node, NodeState, ProcessedFrame, hash_token
+from nodes.protocol import (
+    CheckpointDone,
+    CheckpointProgress,
+    Defer,
+    Exited,
+    Frame,
+    Heartbeat,
+    Hello,
+    Started,
+)
+from scheduling.actions import preemption as seq
+from scheduling.actions.allocations import allocation_transition
+from scheduling.actions.policies import policy_change_record
+from scheduling.dispatch import agent_command_on_commit, event_on_commit
+from scheduling.models import Allocation, AllocationEvent, Placement
+from scheduling.states import FINAL, HOLDING, State
+
+HEARTBEAT_INTERVAL_S = 10
+HEARTBEAT_TIMEOUT_S = 30
+NODE_GRACE_S = 60
+PREFIX_LEN = 12
+
+
+class FrameRefused(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class Reply:
+    frames: list[dict[str, Any]] = field(default_factory=list)
+
+
+# -- tokens ------------------------------------------------------------------------------
+
+def agent_token_issue(*, node: Node) -> str:
+    """A new token for the node's agent; shown once, stored as a digest."""
+    token = AgentToken.generate()
+    AgentToken.objects.create(node=node, prefix=token[:PREFIX_LEN], digest=hash_token(token))
+    return token
+
+
+def agent_token_revoke(*, node: Node) -> int:
+    return AgentToken.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+def agent_authenticate(token: str) -> Node | None:
+    wanted = hash_token(token)
+    for candidate in AgentToken.objects.filter(prefix=token[:PREFIX_LEN], revoked_at__isnull=True) \
+            .select_related("node"):
+        if hmac.compare_digest(candidate.digest, wanted):
+            return candidate.node
+    return None
+
+
+# -- reports -------------------------------------------------------------------------------
+
+def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Reply:
+    """Reconcile both ways: kill what the control plane considers ended, handle what the agent
+    lost, and re-send what it never received (commands are re-derived from the database)."""
+    moment = now or timezone.now()
+    reply = Reply([{"type": "welcome", "node": node.name, "heartbeat_interval_s": HEARTBEAT_INTERVAL_S}])
+    reported = {entry["allocation"] for entry in frame.running}
+    with transaction.atomic():
+        fresh = Node.objects.select_for_update().get(pk=node.pk)
+        last_contact = fresh.last_heartbeat_at
+        fresh.agent_version = frame.agent_version[:32]
+        fresh.last_heartbeat_at = moment
+        if fresh.state in (NodeState.UNKNOWN, NodeState.DEGRADED, NodeState.DOWN):
+            fresh.state = NodeState.READY
+        fresh.save(update_fields=["agent_version", "last_heartbeat_at", "state"])
+        placed = {str(p.allocation_id): p for p in Placement.objects.filter(
+            node=node, kind="assigned", allocation__state__in=HOLDING).select_related("allocation")}
+        for alloc_id in sorted(reported - set(placed)):
+            reply.frames.append({"type": "kill", "allocation": alloc_id})
+        for alloc_id, p in sorted(placed.items()):
+            alloc = p.allocation
+            if alloc_id in reported:
+                if alloc.state == State.CHECKPOINTING:
+                    reply.frames.append({"type": "checkpoint", "allocation": alloc_id,
+                                         "deadline": (alloc.deadline_at or moment).isoformat(), "reason": "preempted"})
+                elif alloc.state == State.TERMINATING:
+                    reply.frames.append({"type": "terminate", "allocation": alloc_id, "grace_s": 30})
+                continue
+            never_sent = alloc.state == State.RUNNING and (
+                last_contact is None or (alloc.started_at is not None and alloc.started_at >= last_contact))
+            if never_sent:
+                reply.frames.append(seq.start_frame(alloc, node.name))
+            else:
+                allocation_lost(allocation=alloc, reason=f"not running on {node.name} after reconnect", now=moment)
+    return reply
+
+
+def node_heartbeat(*, node: Node, frame: Heartbeat, now: datetime | None = None) -> None:
+    moment = now or timezone.now()
+    updated = Node.objects.filter(pk=node.pk, last_seq__lt=frame.seq).update(
+        last_seq=frame.seq, last_heartbeat_at=moment)
+    if not updated:
+        raise FrameRefused("STALE_SEQUENCE", f"seq {frame.seq} is not greater than the last accepted one")
+    Node.objects.filter(pk=node.pk, state__in=[NodeState.DEGRADED, NodeState.UNKNOWN]).update(
+        state=NodeState.READY)
+
+
+def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) -> bool:
+    """Apply a state-changing report once. Returns False for a duplicate (same id)."""
+    assert isinstance(frame, Started | Exited | CheckpointProgress | CheckpointDone | Defer)
+    moment = now or timezone.now()
+    try:
+        with transaction.atomic():
+            ProcessedFrame.objects.create(node=node, frame_id=frame.id)
+            alloc = _placed_here(node, frame.allocation)
+            if isinstance(frame, Started):
+                if alloc.state not in FINAL:
+                    AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
+                                                   reason=f"started on {node.name} (pid {frame.pid})")
+            elif isinstance(frame, Exited):
+                seq.allocation_exited(allocation=alloc, exit_code=frame.exit_code, reason=frame.reason, now=moment)
+            elif isinstance(frame, CheckpointProgress):
+                seq.allocation_checkpoint_progress(allocation=alloc, now=moment)
+            elif isinstance(frame, CheckpointDone):
+                seq.allocation_checkpoint_done(allocation=alloc, ok=frame.ok, location=frame.location,
+                                               size_bytes=frame.size_bytes, error=frame.error, now=moment)
+            else:
+                seq.allocation_defer(allocation=alloc, seconds=frame.seconds, now=moment)
+    except IntegrityError:
+        return False  # this frame id was applied before: acknowledge, change nothing
+    return True
+
+
+def _placed_here(node: Node, alloc_id: str) -> Allocation:
+    """The allocation, if it is (or was, for a late exit) placed on this node; else refused."""
+    if not alloc_id.isdigit():
+        raise FrameRefused("NOT_ON_THIS_NODE", f"allocation {alloc_id} is not placed on {node.name}")
+    alloc = Allocation.objects.filter(pk=int(alloc_id)).first()
+    if alloc is None:
+        raise FrameRefused("NOT_ON_THIS_NODE", f"allocation {alloc_id} is not placed on {node.name}")
+    here = Placement.objects.filter(allocation=alloc, node=node).exists() or AllocationEvent.objects.filter(
+        allocation=alloc, reason__contains=f"on {node.name}").exists()
+    if not here:
+        raise FrameRefused("NOT_ON_THIS_NODE", f"allocation {alloc_id} is not placed on {node.name}")
+    return alloc
+
+
+# -- liveness and node operations -------------------------------------------------------------
+
+def allocation_lost(*, allocation: Allocation, reason: str, now: datetime) -> None:
+    """Work a node lost: failed, and a fresh copy requeued when its policy allows."""
+    if allocation.state in FINAL:
+        return
+    allocation_transition(allocation=allocation, to=State.FAILED, reason=reason[:255], now=now,
+                          fields={"ended_at": now})
+    seq.allocation_release(allocation=allocation)
+    if allocation.requeue_policy in ("on_node_failure", "always"):
+        seq.requeue_failed(allocation)
+    event_on_commit("allocation.state", {"allocation": allocation.pk, "state": allocation.state},
+                    allocation.tenant_id)
+
+
+def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, int]:
+    """Ready -> Degraded after 30 s of silence; Degraded -> Down after 60 s more (work requeued or
+    failed by policy, capacity released). Safe to run any number of times."""
+    moment = now or timezone.now()
+    degraded = Node.objects.filter(state__in=[NodeState.READY, NodeState.DRAINING],
+                                   last_heartbeat_at__lt=moment - timedelta(seconds=HEARTBEAT_TIMEOUT_S)).update(
+        state=NodeState.DEGRADED)
+    down = 0
+    cutoff = moment - timedelta(seconds=HEARTBEAT_TIMEOUT_S + NODE_GRACE_S)
+    for node in Node.objects.filter(state=NodeState.DEGRADED, last_heartbeat_at__lt=cutoff):
+        with transaction.atomic():
+            if not Node.objects.filter(pk=node.pk, state=NodeState.DEGRADED).update(state=NodeState.DOWN):
+                continue
+            for p in Placement.objects.filter(node=node, kind="assigned").select_related("allocation"):
+                allocation_lost(allocation=p.allocation, reason=f"node {node.name} is down", now=moment)
+            Placement.objects.filter(node=node, kind="held").delete()
+            down += 1
+    return {"degraded": degraded, "down": down}
+
+
+def node_drain(*, node: Node, actor: Any, reason: str) -> Node:
+    with transaction.atomic():
+        before = {"state": node.state}
+        Node.objects.filter(pk=node.pk).update(state=NodeState.DRAINING)
+        node.refresh_from_db()
+        policy_change_record(actor=actor, action="drain", target=node, before=before, after={"state": node.state},
+                             reason=reason)
+    return node
+
+
+def node_undrain(*, node: Node, actor: Any, reason: str) -> Node:
+    with transaction.atomic():
+        before = {"state": node.state}
+        Node.objects.filter(pk=node.pk, state__in=[NodeState.DRAINING, NodeState.DRAINED]).update(
+            state=NodeState.READY)
+        node.refresh_from_db()
+        policy_change_record(actor=actor, action="undrain", target=node, before=before,
+                             after={"state": node.state}, reason=reason)
+    return node
+
+
+def send_commands(node: Node, frames: list[dict[str, Any]]) -> None:
+    for frame in frames:
+        agent_command_on_commit(node.name, frame)

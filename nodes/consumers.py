@@ -1,0 +1,108 @@
+"""/ws/agent/: the node agents' WebSocket (contracts/agent-protocol.md).
+
+Thin: authenticate in ``connect``, parse each frame into a strict type, call one
+action in a thread (``database_sync_to_async``), then answer ``ack`` (the action
+committed) or ``error`` (nothing changed). Commands reach the agent through the
+node's channel-layer group, so any Daphne process can reach any agent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from nodes import actions
+from nodes.models import Node
+from nodes.protocol import BadFrame, Heartbeat, Hello, parse
+from scheduling.dispatch import agent_group
+
+CLOSE_AUTH = 4401
+CLOSE_REPLACED = 4409
+CLOSE_RATE = 4429
+RATE_LIMIT = 50  # frames per second, sustained for RATE_WINDOW_S seconds
+RATE_WINDOW_S = 5
+
+
+class AgentConsumer(AsyncWebsocketConsumer):
+    node: Node | None = None
+
+    async def connect(self) -> None:
+        token = _bearer(self.scope)
+        node = await database_sync_to_async(actions.agent_authenticate)(token) if token else None
+        if node is None:
+            await self.accept()
+            await self.close(code=CLOSE_AUTH)
+            return
+        self.node = node
+        self.group = agent_group(node.name)
+        self.frames: deque[float] = deque()
+        # A second connection for the same node replaces the first.
+        await self.channel_layer.group_send(self.group, {"type": "agent.replaced", "by": self.channel_name})
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self.node is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.node is None:
+            return
+        if self._too_fast():
+            await self.close(code=CLOSE_RATE)
+            return
+        try:
+            frame = parse(text_data if text_data is not None else (bytes_data or b""))
+        except BadFrame as exc:
+            await self._send({"type": "error", "id": exc.frame_id, "code": "BAD_FRAME", "message": str(exc)})
+            return
+        try:
+            replies = await database_sync_to_async(self._apply)(frame)
+        except actions.FrameRefused as exc:
+            await self._send({"type": "error", "id": frame.id, "code": exc.code, "message": exc.message})
+            return
+        for reply in replies:
+            await self._send(reply)
+        await self._send({"type": "ack", "id": frame.id})
+
+    def _apply(self, frame: Any) -> list[dict[str, Any]]:
+        assert self.node is not None
+        if isinstance(frame, Hello):
+            return actions.node_hello(node=self.node, frame=frame).frames
+        if isinstance(frame, Heartbeat):
+            actions.node_heartbeat(node=self.node, frame=frame)
+            return []
+        actions.allocation_report(node=self.node, frame=frame)
+        return []
+
+    def _too_fast(self) -> bool:
+        now = time.monotonic()
+        self.frames.append(now)
+        while self.frames and self.frames[0] < now - RATE_WINDOW_S:
+            self.frames.popleft()
+        return len(self.frames) > RATE_LIMIT * RATE_WINDOW_S
+
+    async def _send(self, frame: dict[str, Any]) -> None:
+        await self.send(text_data=json.dumps(frame))
+
+    # -- channel-layer messages ------------------------------------------------------------
+    async def agent_command(self, message: dict[str, Any]) -> None:
+        await self._send(message["frame"])
+
+    async def agent_replaced(self, message: dict[str, Any]) -> None:
+        if message["by"] != self.channel_name:
+            await self.close(code=CLOSE_REPLACED)
+
+
+def _bearer(scope: dict[str, Any]) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"authorization":
+            parts = value.decode("latin-1").split()
+            if len(parts) == 2 and parts[0].lower() == "bearer":
+                return parts[1]
+    return None

@@ -1,0 +1,278 @@
+"""The agent WebSocket against the real router: every frame type, error and close code."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
+from django.utils import timezone
+
+from lattice_site.asgi import application
+from nodes.actions import agent_token_issue
+from nodes.models import Node
+from scheduling.models import Allocation, AllocationEvent, Placement
+from scheduling.scheduler import schedule_pass
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def agent_node(node_gpu_a):
+    """gpu-a with an issued agent token (the agent's credential)."""
+    return node_gpu_a, agent_token_issue(node=node_gpu_a)
+
+
+def _comm(token: str | None) -> WebsocketCommunicator:
+    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+    return WebsocketCommunicator(application, "/ws/agent/", headers=headers)
+
+
+def run(coro_fn):
+    return async_to_sync(coro_fn)()
+
+
+async def _send(comm, frame):
+    await comm.send_to(text_data=json.dumps(frame))
+    return json.loads(await comm.receive_from(timeout=5))
+
+
+def _running_here(make_allocation, vcluster_hpc, node, **kw) -> Allocation:
+    fields = {"state": "running", "node_count": 1, "per_node_gpu": 8, "preemption_class": 1,
+              "checkpoint": "auto", "vcluster": vcluster_hpc, "started_at": timezone.now(), **kw}
+    alloc = make_allocation(**fields)
+    Placement.objects.create(allocation=alloc, node=node, gpu=8)
+    return alloc
+
+
+def test_missing_or_wrong_token_is_refused_with_4401_and_changes_nothing(agent_node):
+    node, token = agent_node
+
+    async def scenario():
+        for bad in (None, token[:-3] + "abc"):
+            comm = _comm(bad)
+            connected, _ = await comm.connect()
+            out = await comm.receive_output(timeout=5)
+            assert out == {"type": "websocket.close", "code": 4401}
+            await comm.disconnect()
+
+    run(scenario)
+    node.refresh_from_db()
+    assert node.last_heartbeat_at is None and node.agent_version == ""
+
+
+def test_hello_welcomes_and_reconciles_both_ways(agent_node, make_allocation, vcluster_hpc):
+    node, token = agent_node
+    node.last_heartbeat_at = timezone.now() - timezone.timedelta(minutes=5)
+    node.save()
+    lost = _running_here(make_allocation, vcluster_hpc, node, started_at=node.last_heartbeat_at - timezone.timedelta(minutes=1))
+    ended = make_allocation(state="completed")
+
+    async def scenario():
+        comm = _comm(token)
+        assert (await comm.connect())[0]
+        await comm.send_to(text_data=json.dumps({
+            "type": "hello", "id": "h1", "agent_version": "1.0", "capacity": {"gpu": 8}, "labels": {},
+            "running": [{"allocation": str(ended.pk), "phase": "running", "pid": 4}]}))
+        frames = [json.loads(await comm.receive_from(timeout=5)) for _ in range(3)]
+        await comm.disconnect()
+        return frames
+
+    frames = run(scenario)
+    assert frames[0] == {"type": "welcome", "node": "gpu-a", "heartbeat_interval_s": 10}
+    assert frames[1] == {"type": "kill", "allocation": str(ended.pk)}
+    assert frames[2] == {"type": "ack", "id": "h1"}
+    lost.refresh_from_db()
+    assert lost.state == "failed"
+    assert Allocation.objects.filter(requeued_from=lost).exists()  # on_node_failure: a fresh copy
+    node.refresh_from_db()
+    assert node.agent_version == "1.0" and node.state == "ready"
+
+
+def test_heartbeat_sequence_must_increase(agent_node):
+    node, token = agent_node
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        first = await _send(comm, {"type": "heartbeat", "id": "b1", "seq": 5, "running": []})
+        stale = await _send(comm, {"type": "heartbeat", "id": "b2", "seq": 5, "running": []})
+        await comm.disconnect()
+        return first, stale
+
+    first, stale = run(scenario)
+    assert first == {"type": "ack", "id": "b1"}
+    assert stale["code"] == "STALE_SEQUENCE" and stale["id"] == "b2"
+    node.refresh_from_db()
+    assert node.last_seq == 5
+
+
+@pytest.mark.parametrize("raw", [
+    "not json", "[1, 2]", json.dumps({"type": "dance", "id": "x"}),
+    json.dumps({"type": "heartbeat", "id": "x", "seq": "7", "running": []}),
+    json.dumps({"type": "heartbeat", "id": "x", "seq": 7}),
+    json.dumps({"type": "heartbeat", "id": "x", "seq": 7, "running": [], "extra": 1}),
+    json.dumps({"type": "exited", "id": "x", "allocation": "1", "exit_code": 0, "reason": "bored"}),
+    json.dumps({"type": "heartbeat", "seq": 7, "running": []}),
+    json.dumps({"type": "heartbeat", "id": "x", "seq": 7, "running": [], "usage": {"pad": "y" * 70000}}),
+])
+def test_malformed_frames_get_bad_frame_and_keep_the_connection(agent_node, raw):
+    node, token = agent_node
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        await comm.send_to(text_data=raw)
+        error = json.loads(await comm.receive_from(timeout=5))
+        ok = await _send(comm, {"type": "heartbeat", "id": "after", "seq": 1, "running": []})
+        await comm.disconnect()
+        return error, ok
+
+    error, ok = run(scenario)
+    assert error["type"] == "error" and error["code"] == "BAD_FRAME"
+    assert ok == {"type": "ack", "id": "after"}
+    node.refresh_from_db()
+    assert node.last_seq == 1
+
+
+def test_report_for_another_nodes_allocation_is_refused(agent_node, resource_group, vcluster_hpc, make_allocation):
+    node, token = agent_node
+    other = Node.objects.create(name="gpu-z", resource_group=resource_group, vcluster=vcluster_hpc, gpu=8)
+    theirs = _running_here(make_allocation, vcluster_hpc, other)
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        reply = await _send(comm, {"type": "exited", "id": "e1", "allocation": str(theirs.pk), "exit_code": 0,
+                                   "reason": "completed"})
+        await comm.disconnect()
+        return reply
+
+    assert run(scenario)["code"] == "NOT_ON_THIS_NODE"
+    theirs.refresh_from_db()
+    assert theirs.state == "running"
+
+
+def test_started_exited_and_duplicate_ids(agent_node, make_allocation, vcluster_hpc):
+    node, token = agent_node
+    alloc = _running_here(make_allocation, vcluster_hpc, node)
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        out = [await _send(comm, {"type": "started", "id": "s1", "allocation": str(alloc.pk), "pid": 99})]
+        exited = {"type": "exited", "id": "x1", "allocation": str(alloc.pk), "exit_code": 0, "reason": "completed"}
+        out.append(await _send(comm, exited))
+        out.append(await _send(comm, exited))  # the same frame again
+        out.append(await _send(comm, {**exited, "id": "x2"}))  # a late exit for an ended allocation
+        await comm.disconnect()
+        return out
+
+    out = run(scenario)
+    assert out == [{"type": "ack", "id": i} for i in ("s1", "x1", "x1", "x2")]
+    alloc.refresh_from_db()
+    assert alloc.state == "completed"
+    assert AllocationEvent.objects.filter(allocation=alloc, to_state="completed").count() == 1
+
+
+def test_checkpoint_progress_defer_and_done(agent_node, resource_group, vcluster_hpc, make_allocation):
+    node, token = agent_node
+    low = _running_here(make_allocation, vcluster_hpc, node)
+    high = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=7, checkpoint="auto",
+                           vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    low.refresh_from_db()
+    assert low.state == "checkpointing"
+    deadline = low.deadline_at
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        out = [await _send(comm, {"type": "checkpoint_progress", "id": "c1", "allocation": str(low.pk),
+                                  "percent": 40})]
+        out.append(await _send(comm, {"type": "defer", "id": "d1", "allocation": str(low.pk), "seconds": 60}))
+        out.append(await _send(comm, {"type": "checkpoint_done", "id": "c2", "allocation": str(low.pk),
+                                      "ok": True, "location": "/ckpt/1", "size_bytes": 12}))
+        await comm.disconnect()
+        return out
+
+    assert [f["type"] for f in run(scenario)] == ["ack", "ack", "ack"]
+    low.refresh_from_db()
+    assert low.state == "pending" and low.resume_from_checkpoint and low.checkpoint_location == "/ckpt/1"
+    assert low.deferred_seconds == 60 and low.checkpoint_progress_at is not None
+    assert deadline is not None
+    schedule_pass(resource_group.pk)
+    high.refresh_from_db()
+    assert high.state == "running"
+
+
+def test_commands_reach_the_agent_through_its_group(agent_node, resource_group, vcluster_hpc, make_allocation):
+    node, token = agent_node
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        await _send(comm, {"type": "heartbeat", "id": "b1", "seq": 1, "running": []})
+        await database_sync(lambda: make_allocation(state="pending", node_count=1, per_node_gpu=8,
+                                                    vcluster=vcluster_hpc, command=["sleep", "1"]))
+        await database_sync(lambda: schedule_pass(resource_group.pk))
+        frame = json.loads(await comm.receive_from(timeout=5))
+        await comm.disconnect()
+        return frame
+
+    frame = run(scenario)
+    assert frame["type"] == "start" and frame["command"] == ["sleep", "1"]
+    assert frame["resume_from_checkpoint"] is False
+
+
+def test_second_connection_replaces_the_first_with_4409(agent_node):
+    node, token = agent_node
+
+    async def scenario():
+        first = _comm(token)
+        await first.connect()
+        second = _comm(token)
+        await second.connect()
+        out = await first.receive_output(timeout=5)
+        ok = await _send(second, {"type": "heartbeat", "id": "b", "seq": 1, "running": []})
+        await second.disconnect()
+        return out, ok
+
+    out, ok = run(scenario)
+    assert out == {"type": "websocket.close", "code": 4409}
+    assert ok["type"] == "ack"
+
+
+def test_flooding_agent_is_disconnected_with_4429(agent_node):
+    node, token = agent_node
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        for _ in range(260):
+            await comm.send_to(text_data="x")
+        while True:
+            out = await comm.receive_output(timeout=5)
+            if out["type"] == "websocket.close":
+                return out
+
+    assert run(scenario) == {"type": "websocket.close", "code": 4429}
+
+
+def test_agent_token_command_prints_the_token_last(node_gpu_a):
+    import io
+
+    from django.core.management import call_command
+
+    from nodes.actions import agent_authenticate
+
+    out = io.StringIO()
+    call_command("agent_token", "gpu-a", stdout=out, stderr=io.StringIO())
+    assert agent_authenticate(out.getvalue().strip().splitlines()[-1]) == node_gpu_a
+
+
+async def database_sync(fn):
+    from channels.db import database_sync_to_async
+
+    return await database_sync_to_async(fn)()
