@@ -19,6 +19,8 @@ if [[ -n "${DATABASE_URL:-}" && -n "${REDIS_URL:-}" ]]; then
   "$BIN/daphne" -b "$HOST" -p "$PORT" lattice_site.asgi:application & pids+=($!)
   "$BIN/celery" -A lattice_site worker --loglevel=INFO --concurrency=2 & pids+=($!)
   "$BIN/celery" -A lattice_site beat --loglevel=INFO --schedule var/celerybeat-schedule & pids+=($!)
+  sleep 2
+  "$BIN/python" manage.py run_agent --simulate-all --url "ws://$HOST:$PORT/ws/agent/" & pids+=($!)
   wait -n
 else
   pids=()
@@ -26,5 +28,7 @@ else
   trap cleanup INT TERM EXIT
   "$BIN/python" manage.py run_scheduler & pids+=($!)
   "$BIN/python" manage.py runserver --noreload "$HOST:$PORT" & pids+=($!)
+  sleep 2
+  "$BIN/python" manage.py run_agent --simulate-all --url "ws://$HOST:$PORT/ws/agent/" & pids+=($!)
   wait -n
 fi

@@ -173,7 +173,7 @@ def allocation_checkpoint_done(*, allocation: Allocation, ok: bool, location: st
             duration = (moment - (alloc.checkpoint_started_at or moment)).total_seconds()
             AllocationEvent.objects.filter(allocation=alloc, to_state=State.SUSPENDED).order_by("-id").update(
                 reason=f"checkpoint done in {duration:.1f}s")
-            allocation_release(allocation=alloc)
+            allocation_release(allocation=alloc, command="terminate")  # checkpointed: stop the process
             _requeue(alloc, reason="requeued after preemption", resume=True, now=moment)
         else:
             allocation_transition(allocation=alloc, to=State.FAILED, reason=f"checkpoint failed: {error}"[:255],

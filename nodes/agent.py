@@ -1,0 +1,343 @@
+"""The Lattice node agent (contracts/agent-protocol.md, section 6).
+
+    python -m nodes.agent --url ws://HOST/ws/agent/ --token-file PATH [--workdir DIR] [--simulate]
+
+Runs each allocation's command as a process group with LATTICE_ALLOCATION_ID,
+LATTICE_CHECKPOINT_DIR and LATTICE_RESUME in its environment; a checkpoint hint
+is SIGUSR1 to the group, and the application answers by creating DONE (or
+FAILED with a message) in its checkpoint directory. ``terminate`` is SIGTERM,
+then SIGKILL after the grace. The agent reconnects with exponential backoff and
+jitter (capped at 30 s), says ``hello`` with what it runs, and keeps reports
+made while disconnected (the latest per allocation) until they are
+acknowledged. ``--simulate`` runs no processes: allocations are timers.
+
+Imports nothing of Django: it runs on compute nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import websockets
+
+log = logging.getLogger("lattice.agent")
+VERSION = "1.0"
+BACKOFF_CAP_S = 30.0
+EXIT_FILE = ".exit-code"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def _exit_code(ckpt: Path) -> int | None:
+    try:
+        return int((ckpt / EXIT_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class Running:
+    allocation: str
+    pid: int = 0
+    phase: str = "running"
+    signalled: str | None = None  # "terminated" or "killed" once we stopped it
+    task: asyncio.Task[Any] | None = None
+    checkpoint_dir: Path = field(default_factory=Path)
+
+
+class Agent:
+    def __init__(self, url: str, token: str, workdir: Path, simulate: bool = False,
+                 sim_seconds: float = 3600.0) -> None:
+        self.url = url
+        self.token = token
+        self.workdir = workdir
+        self.simulate = simulate
+        self.sim_seconds = sim_seconds
+        self.running: dict[str, Running] = {}
+        self.unacked: dict[str, dict[str, Any]] = {}  # frame id -> frame, until acknowledged
+        self.latest: dict[str, str] = {}  # allocation -> id of its latest unacknowledged frame
+        self.heartbeat_interval = 10.0
+        self.ws: Any = None
+        self.stopping = asyncio.Event()
+        self.state_file = workdir / "agent-state.json"
+
+    # -- surviving our own restart ------------------------------------------------------------
+    def _save(self) -> None:
+        data = {a: {"pid": r.pid, "checkpoint_dir": str(r.checkpoint_dir)} for a, r in self.running.items()}
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self.state_file)
+
+    async def adopt(self) -> None:
+        """Take back the processes a previous run of this agent started; report those that ended."""
+        try:
+            data = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return
+        for alloc, info in data.items():
+            entry = Running(alloc, pid=int(info["pid"]), checkpoint_dir=Path(info["checkpoint_dir"]))
+            if self.simulate or not _alive(entry.pid):
+                code = _exit_code(entry.checkpoint_dir)
+                await self.report({"type": "exited", "allocation": alloc, "exit_code": code,
+                                   "reason": "completed" if code == 0 else "failed"})
+                continue
+            self.running[alloc] = entry
+            entry.task = asyncio.get_running_loop().create_task(self._watch_adopted(entry))
+        self._save()
+
+    async def _watch_adopted(self, entry: Running) -> None:
+        while _alive(entry.pid):
+            await asyncio.sleep(0.5)
+        self.running.pop(entry.allocation, None)
+        self._save()
+        code = _exit_code(entry.checkpoint_dir)
+        reason = entry.signalled or ("completed" if code == 0 else "failed")
+        await self.report({"type": "exited", "allocation": entry.allocation, "exit_code": code, "reason": reason})
+
+    # -- connection ----------------------------------------------------------------------
+    async def run(self) -> int:
+        backoff = 1.0
+        while not self.stopping.is_set():
+            try:
+                async with websockets.connect(self.url, additional_headers={"Authorization": f"Bearer {self.token}"},
+                                              max_size=2**20, open_timeout=10) as ws:
+                    self.ws = ws
+                    backoff = 1.0
+                    await self._send_now(self._hello())
+                    for frame in list(self.unacked.values()):
+                        await self._send_now(frame)
+                    await asyncio.gather(self._reader(ws), self._heartbeats(ws))
+            except websockets.ConnectionClosed as exc:
+                code = exc.rcvd.code if exc.rcvd else None
+                log.warning("connection closed (%s)", code)
+                if code == 4401:
+                    log.error("the control plane refused this agent's token")
+            except (TimeoutError, OSError, websockets.InvalidHandshake) as exc:
+                log.warning("cannot reach %s: %s", self.url, exc)
+            finally:
+                self.ws = None
+            if self.stopping.is_set():
+                break
+            delay = min(BACKOFF_CAP_S, backoff) * (0.5 + random.random() / 2)
+            backoff = min(BACKOFF_CAP_S, backoff * 2)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), timeout=delay)
+        return 0
+
+    def _hello(self) -> dict[str, Any]:
+        return {"type": "hello", "id": uuid.uuid4().hex, "agent_version": VERSION, "capacity": {}, "labels": {},
+                "running": [{"allocation": r.allocation, "phase": r.phase, "pid": r.pid}
+                            for r in self.running.values()]}
+
+    async def _heartbeats(self, ws: Any) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            # Milliseconds since the epoch: increasing across restarts of the agent too.
+            await self._send_now({"type": "heartbeat", "id": uuid.uuid4().hex, "seq": int(time.time() * 1000),
+                                  "running": sorted(self.running)})
+
+    async def _reader(self, ws: Any) -> None:
+        async for text in ws:
+            frame = json.loads(text)
+            kind = frame.get("type")
+            if kind == "ack":
+                self._acked(frame.get("id"))
+            elif kind == "error":
+                log.warning("refused %s: %s %s", frame.get("id"), frame.get("code"), frame.get("message"))
+                self._acked(frame.get("id"))
+            elif kind == "welcome":
+                self.heartbeat_interval = float(frame.get("heartbeat_interval_s", 10))
+            elif kind == "start":
+                await self._start(frame)
+            elif kind == "checkpoint":
+                asyncio.get_running_loop().create_task(self._checkpoint(frame["allocation"]))
+            elif kind == "terminate":
+                asyncio.get_running_loop().create_task(self._terminate(frame["allocation"], float(frame["grace_s"])))
+            elif kind == "kill":
+                self._signal(frame["allocation"], signal.SIGKILL, "killed")
+
+    # -- reports (kept until acknowledged; the latest per allocation while disconnected) ---------
+    async def report(self, frame: dict[str, Any]) -> None:
+        frame = {**frame, "id": uuid.uuid4().hex}
+        alloc = frame.get("allocation")
+        if alloc is not None:
+            older = self.latest.get(alloc)
+            if older is not None and self.ws is None:
+                self.unacked.pop(older, None)  # superseded while disconnected
+            self.latest[alloc] = frame["id"]
+        self.unacked[frame["id"]] = frame
+        if self.ws is not None:
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await self._send_now(frame)
+
+    async def _send_now(self, frame: dict[str, Any]) -> None:
+        if self.ws is not None:
+            await self.ws.send(json.dumps(frame))
+
+    def _acked(self, frame_id: str | None) -> None:
+        frame = self.unacked.pop(frame_id or "", None)
+        if frame is not None and self.latest.get(frame.get("allocation", "")) == frame_id:
+            self.latest.pop(frame["allocation"], None)
+
+    # -- running work ----------------------------------------------------------------------
+    async def _start(self, frame: dict[str, Any]) -> None:
+        alloc = str(frame["allocation"])
+        if alloc in self.running:
+            return  # a repeated start (after a reconnect): it already runs
+        ckpt = self.workdir / frame.get("checkpoint_dir", f"checkpoints/{alloc}")
+        ckpt.mkdir(parents=True, exist_ok=True)
+        entry = Running(alloc, checkpoint_dir=ckpt)
+        self.running[alloc] = entry
+        if self.simulate:
+            entry.task = asyncio.get_running_loop().create_task(self._simulated(entry))
+            await self.report({"type": "started", "allocation": alloc, "pid": 0})
+            return
+        env = {**os.environ, **{str(k): str(v) for k, v in (frame.get("env") or {}).items()},
+               "LATTICE_ALLOCATION_ID": alloc, "LATTICE_CHECKPOINT_DIR": str(ckpt),
+               "LATTICE_RESUME": "1" if frame.get("resume_from_checkpoint") else "0"}
+        command = [str(c) for c in frame.get("command") or []]
+        if not command:
+            command = [sys.executable, "-c", "import time; time.sleep(3600)"]
+        (ckpt / EXIT_FILE).unlink(missing_ok=True)
+        launcher = [sys.executable, "-m", "nodes.agent_run", str(ckpt / EXIT_FILE), "--", *command]
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
+        try:
+            proc = await asyncio.create_subprocess_exec(*launcher, env=env, cwd=str(self.workdir),
+                                                        start_new_session=True)
+        except OSError as exc:
+            self.running.pop(alloc, None)
+            await self.report({"type": "exited", "allocation": alloc, "exit_code": None, "reason": "failed"})
+            log.warning("cannot start %s: %s", alloc, exc)
+            return
+        entry.pid = proc.pid
+        entry.task = asyncio.get_running_loop().create_task(self._watch(entry, proc))
+        self._save()
+        await self.report({"type": "started", "allocation": alloc, "pid": proc.pid})
+
+    async def _watch(self, entry: Running, proc: asyncio.subprocess.Process) -> None:
+        await proc.wait()
+        self.running.pop(entry.allocation, None)
+        self._save()
+        code = _exit_code(entry.checkpoint_dir)
+        if code is None:
+            code = proc.returncode
+        reason = entry.signalled or ("completed" if code == 0 else "failed")
+        await self.report({"type": "exited", "allocation": entry.allocation, "exit_code": code, "reason": reason})
+
+    async def _simulated(self, entry: Running) -> None:
+        try:
+            await asyncio.sleep(self.sim_seconds)
+        except asyncio.CancelledError:
+            return
+        self.running.pop(entry.allocation, None)
+        await self.report({"type": "exited", "allocation": entry.allocation, "exit_code": 0, "reason": "completed"})
+
+    async def _checkpoint(self, alloc: str) -> None:
+        entry = self.running.get(alloc)
+        if entry is None:
+            return
+        entry.phase = "checkpointing"
+        done, failed = entry.checkpoint_dir / "DONE", entry.checkpoint_dir / "FAILED"
+        for stale in (done, failed):
+            stale.unlink(missing_ok=True)
+        if self.simulate:
+            await asyncio.sleep(1.0)
+            done.write_text("simulated")
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(entry.pid, signal.SIGUSR1)
+        while alloc in self.running and not (done.exists() or failed.exists()):
+            await asyncio.sleep(0.2)
+        if done.exists():
+            size = sum(p.stat().st_size for p in entry.checkpoint_dir.rglob("*") if p.is_file())
+            await self.report({"type": "checkpoint_done", "allocation": alloc, "ok": True,
+                               "location": str(entry.checkpoint_dir), "size_bytes": size})
+        elif failed.exists():
+            await self.report({"type": "checkpoint_done", "allocation": alloc, "ok": False,
+                               "location": str(entry.checkpoint_dir), "error": failed.read_text()[:500]})
+
+    async def _terminate(self, alloc: str, grace: float) -> None:
+        if self._signal(alloc, signal.SIGTERM, "terminated"):
+            await asyncio.sleep(grace)
+            if alloc in self.running:
+                self._signal(alloc, signal.SIGKILL, "killed")
+
+    def _signal(self, alloc: str, sig: signal.Signals, reason: str) -> bool:
+        entry = self.running.get(alloc)
+        if entry is None:
+            return False
+        entry.signalled = reason
+        if self.simulate:
+            if entry.task is not None:
+                entry.task.cancel()
+            self.running.pop(alloc, None)
+            asyncio.get_running_loop().create_task(self.report(
+                {"type": "exited", "allocation": alloc, "exit_code": -int(sig), "reason": reason}))
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(entry.pid, sig)
+        return True
+
+    def stop(self) -> None:  # the processes keep running: a restarted agent adopts them
+        self.stopping.set()
+        if self.ws is not None:
+            asyncio.get_running_loop().create_task(self.ws.close())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nodes.agent", description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--token-file", required=True)
+    parser.add_argument("--workdir", default=".")
+    parser.add_argument("--simulate", action="store_true")
+    parser.add_argument("--sim-seconds", type=float, default=3600.0)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s agent %(levelname)s %(message)s")
+    try:
+        token = Path(args.token_file).read_text().strip()
+    except OSError as exc:
+        sys.stderr.write(f"cannot read the token file {args.token_file}: {exc.strerror}\n")
+        return 2
+    if not token:
+        sys.stderr.write(f"the token file {args.token_file} is empty\n")
+        return 2
+    workdir = Path(args.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    return asyncio.run(_serve(Agent(args.url, token, workdir, args.simulate, args.sim_seconds)))
+
+
+async def _serve(agent: Agent) -> int:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, agent.stop)
+    await agent.adopt()
+    return await agent.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

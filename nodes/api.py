@@ -1,0 +1,59 @@
+"""Operators' node endpoints: list, drain, undrain, issue an agent token (shown once)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from nodes import actions
+from nodes.models import Node
+from scheduling.api.permissions import IsOperator
+
+
+class NodeOutput(serializers.ModelSerializer):
+    resource_group = serializers.CharField(source="resource_group.name")
+    vcluster = serializers.CharField(source="vcluster.name", allow_null=True, default=None)
+    borrowed_by = serializers.CharField(source="borrowed_by.name", allow_null=True, default=None)
+
+    class Meta:
+        model = Node
+        fields = ["id", "name", "resource_group", "vcluster", "borrowed_by", "state", "gpu", "cpu", "memory",
+                  "labels", "last_heartbeat_at", "agent_version"]
+        read_only_fields = fields
+
+
+class ReasonInput(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000)
+
+
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    permission_classes = [IsOperator]
+    serializer_class = NodeOutput
+    queryset = Node.objects.select_related("resource_group", "vcluster", "borrowed_by").order_by("name")
+    lookup_field = "name"
+
+    def _reason(self, request: Request) -> str:
+        data = ReasonInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        return str(data.validated_data["reason"])
+
+    @action(detail=True, methods=["post"])
+    def drain(self, request: Request, name: str | None = None) -> Response:
+        node = actions.node_drain(node=self.get_object(), actor=request.user, reason=self._reason(request))
+        return Response(NodeOutput(node).data)
+
+    @action(detail=True, methods=["post"])
+    def undrain(self, request: Request, name: str | None = None) -> Response:
+        node = actions.node_undrain(node=self.get_object(), actor=request.user, reason=self._reason(request))
+        return Response(NodeOutput(node).data)
+
+    @action(detail=True, methods=["post"], url_path="agent-token")
+    def agent_token(self, request: Request, name: str | None = None) -> Response:
+        node = self.get_object()
+        actions.agent_token_revoke(node=node)
+        token: Any = actions.agent_token_issue(node=node)
+        return Response({"node": node.name, "token": token, "note": "shown once; earlier tokens are revoked"})

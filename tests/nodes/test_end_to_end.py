@@ -1,0 +1,168 @@
+"""A whole preemption through a real Daphne, a real agent process and real application processes.
+
+The low-class job runs a script that saves its progress when it gets SIGUSR1;
+a high-class job arrives; the script checkpoints; the low job is suspended and
+requeued; the high job runs and ends; the low job restarts with LATTICE_RESUME=1
+and finds its checkpoint. Then the agent is killed and restarted mid-run and
+resynchronises through hello without losing or duplicating the job.
+Needs PostgreSQL (shared with the Daphne process) and Redis (shared channel layer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from nodes.actions import agent_token_issue
+from scheduling.models import Allocation, AllocationEvent
+from scheduling.scheduler import schedule_pass
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+APP = '''
+import json, os, pathlib, signal, sys, time
+d = pathlib.Path(os.environ["LATTICE_CHECKPOINT_DIR"])
+step = 0
+if os.environ.get("LATTICE_RESUME") == "1":
+    state = json.loads((d / "state.json").read_text())
+    (d / "resumed").write_text(str(state["step"]))
+def checkpoint(*_):
+    (d / "state.json").write_text(json.dumps({"step": step}))
+    (d / "DONE").write_text("ok")
+signal.signal(signal.SIGUSR1, checkpoint)
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    step += 1
+    time.sleep(0.05)
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(check, timeout: float = 30.0, what: str = "condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def daphne():
+    db = connection.settings_dict
+    url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    port = _free_port()
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "lattice_site.settings.test",
+           "ALLOWED_HOSTS": "127.0.0.1,localhost", "LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                             "lattice_site.asgi:application"], cwd=ROOT, env=env)
+
+    def up() -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(up, 30, "daphne to listen")
+    yield port
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def agent_factory(tmp_path, daphne):
+    procs: list[subprocess.Popen] = []
+
+    def start(token: str) -> subprocess.Popen:
+        token_file = tmp_path / "token"
+        token_file.write_text(token)
+        proc = subprocess.Popen([sys.executable, "-m", "nodes.agent", "--url", f"ws://127.0.0.1:{daphne}/ws/agent/",
+                                 "--token-file", str(token_file), "--workdir", str(tmp_path / "agent")], cwd=ROOT)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=10)
+    # Work survives its agent on purpose (a restarted agent adopts it): end it here.
+    state = tmp_path / "agent" / "agent-state.json"
+    if state.exists():
+        for info in json.loads(state.read_text()).values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(info["pid"]), signal.SIGKILL)
+
+
+def test_preemption_checkpoint_and_resume_through_real_processes(tmp_path, resource_group, vcluster_hpc, node_gpu_a,
+                                                                  make_allocation, agent_factory):
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    agent_factory(agent_token_issue(node=node_gpu_a))
+    wait_for(lambda: type(node_gpu_a).objects.get(pk=node_gpu_a.pk).last_heartbeat_at, 30, "the agent's hello")
+
+    low = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
+                          vcluster=vcluster_hpc, command=[sys.executable, str(app), "600"])
+    schedule_pass(resource_group.pk)
+    wait_for(lambda: AllocationEvent.objects.filter(allocation=low, reason__startswith="started on gpu-a").exists(),
+             30, "the low job to start")
+    time.sleep(0.5)  # let it make progress
+
+    high = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=7, checkpoint="auto",
+                           vcluster=vcluster_hpc, command=[sys.executable, str(app), "1"])
+    schedule_pass(resource_group.pk)
+    wait_for(lambda: Allocation.objects.get(pk=low.pk).state == "pending", 30, "the checkpoint to finish")
+    low.refresh_from_db()
+    assert (low.preempted_count, low.resume_from_checkpoint) == (1, True)
+    ckpt = Path(low.checkpoint_location)
+    assert (ckpt / "state.json").exists()
+
+    schedule_pass(resource_group.pk)
+    wait_for(lambda: Allocation.objects.get(pk=high.pk).state == "completed", 30, "the high job to run and end")
+
+    schedule_pass(resource_group.pk)
+    wait_for(lambda: (ckpt / "resumed").exists(), 30, "the low job to resume from its checkpoint")
+    assert int((ckpt / "resumed").read_text()) > 0
+    assert Allocation.objects.get(pk=low.pk).state == "running"
+
+
+def test_agent_killed_mid_run_resynchronises_without_loss_or_duplicate(tmp_path, resource_group, vcluster_hpc,
+                                                                       node_gpu_a, make_allocation, agent_factory):
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    token = agent_token_issue(node=node_gpu_a)
+    first = agent_factory(token)
+    wait_for(lambda: type(node_gpu_a).objects.get(pk=node_gpu_a.pk).last_heartbeat_at, 30, "the agent's hello")
+    job = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
+                          vcluster=vcluster_hpc, command=[sys.executable, str(app), "600"])
+    schedule_pass(resource_group.pk)
+    wait_for(lambda: AllocationEvent.objects.filter(allocation=job, reason__startswith="started on").exists(),
+             30, "the job to start")
+    pids_before = set(AllocationEvent.objects.filter(allocation=job, reason__startswith="started on").values_list(
+        "reason", flat=True))
+
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    agent_factory(token)
+    time.sleep(3)  # the new agent says hello and reconciles
+    job.refresh_from_db()
+    assert job.state == "running"
+    assert not Allocation.objects.filter(requeued_from=job).exists()
+    started = set(AllocationEvent.objects.filter(allocation=job, reason__startswith="started on").values_list(
+        "reason", flat=True))
+    assert started == pids_before  # not started twice

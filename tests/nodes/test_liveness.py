@@ -1,0 +1,67 @@
+"""Node liveness and the operators' node endpoints."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from nodes.actions import agent_authenticate, node_liveness_sweep
+from nodes.models import Node
+from scheduling.models import Allocation, Placement, PolicyChange
+
+pytestmark = pytest.mark.django_db
+
+
+def test_silent_node_degrades_then_goes_down_and_its_work_is_requeued(node_gpu_a, make_allocation, vcluster_hpc):
+    now = timezone.now()
+    node_gpu_a.last_heartbeat_at = now
+    node_gpu_a.save()
+    keep = make_allocation(state="running", per_node_gpu=8, vcluster=vcluster_hpc, requeue_policy="on_node_failure")
+    drop = make_allocation(state="running", per_node_gpu=0, vcluster=vcluster_hpc, requeue_policy="never")
+    for a in (keep, drop):
+        Placement.objects.create(allocation=a, node=node_gpu_a, gpu=a.per_node_gpu)
+
+    assert node_liveness_sweep(now=now + timedelta(seconds=29)) == {"degraded": 0, "down": 0}
+    assert node_liveness_sweep(now=now + timedelta(seconds=31)) == {"degraded": 1, "down": 0}
+    node_gpu_a.refresh_from_db()
+    assert node_gpu_a.state == "degraded"
+    assert Allocation.objects.get(pk=keep.pk).state == "running"  # degraded: work keeps running
+    assert node_liveness_sweep(now=now + timedelta(seconds=91)) == {"degraded": 0, "down": 1}
+    node_gpu_a.refresh_from_db()
+    assert node_gpu_a.state == "down"
+    assert Allocation.objects.get(pk=keep.pk).state == "failed"
+    assert Allocation.objects.filter(requeued_from=keep, state="pending").count() == 1
+    assert not Allocation.objects.filter(requeued_from=drop).exists()
+    assert not Placement.objects.filter(node=node_gpu_a).exists()
+    assert node_liveness_sweep(now=now + timedelta(seconds=200)) == {"degraded": 0, "down": 0}
+
+
+def test_heartbeat_before_down_restores_ready_without_disruption(node_gpu_a):
+    from nodes.actions import node_heartbeat
+    from nodes.protocol import Heartbeat
+
+    now = timezone.now()
+    node_gpu_a.last_heartbeat_at = now - timedelta(seconds=40)
+    node_gpu_a.save()
+    node_liveness_sweep(now=now)
+    node_heartbeat(node=node_gpu_a, frame=Heartbeat(id="h", seq=1, running=[]), now=now)
+    node_gpu_a.refresh_from_db()
+    assert node_gpu_a.state == "ready"
+
+
+def test_operators_drain_undrain_and_issue_tokens_others_cannot(client, operator, node_gpu_a, tenant_physics,
+                                                               django_user_model):
+    client.force_login(django_user_model.objects.get(username="alice"))
+    assert client.post("/api/v1/nodes/gpu-a/drain/", {"reason": "x"}).status_code == 403
+    client.force_login(operator)
+    assert client.post("/api/v1/nodes/gpu-a/drain/", {}).status_code == 400
+    assert client.post("/api/v1/nodes/gpu-a/drain/", {"reason": "firmware"}).json()["state"] == "draining"
+    assert client.post("/api/v1/nodes/gpu-a/undrain/", {"reason": "done"}).json()["state"] == "ready"
+    assert list(PolicyChange.objects.order_by("id").values_list("action", "reason")) == [
+        ("drain", "firmware"), ("undrain", "done")]
+    token = client.post("/api/v1/nodes/gpu-a/agent-token/").json()["token"]
+    assert agent_authenticate(token) == Node.objects.get(name="gpu-a")
+    again = client.post("/api/v1/nodes/gpu-a/agent-token/").json()["token"]
+    assert agent_authenticate(token) is None and agent_authenticate(again) is not None
