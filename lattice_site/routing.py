@@ -1,9 +1,14 @@
-"""WebSocket routes. Agents authenticate with a bearer token (no Origin header: not a browser)."""
+"""WebSocket routes. Agents authenticate with a bearer token (no Origin header: not a browser);
+browsers with their session, and their Origin is checked against ALLOWED_HOSTS."""
 
+from channels.auth import AuthMiddlewareStack
+from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import path
 
 from nodes.consumers import AgentConsumer
+from scheduling.consumers import LiveConsumer
 
 agent_urlpatterns = [path("ws/agent/", AgentConsumer.as_asgi())]
-# Browser routes wrap their consumer in AllowedHostsOriginValidator (cross-site WebSocket hijacking).
-browser_urlpatterns: list = []
+browser_urlpatterns = [
+    path("ws/live/", AllowedHostsOriginValidator(AuthMiddlewareStack(LiveConsumer.as_asgi()))),
+]

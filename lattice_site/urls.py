@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from scheduling import views
 from scheduling.metrics import metrics_view
+from scheduling.web import ops, portal
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -13,6 +14,16 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("ops/", ops.console, name="ops"),
+    path("ops/audit/", ops.audit, name="ops-audit"),
+    path("ops/groups/<slug:name>/", ops.group_detail, name="ops-group"),
+    path("ops/groups/<slug:name>/policy/", ops.policy_editor, name="ops-policy"),
+    path("ops/groups/<slug:name>/pause/", ops.pause, name="ops-pause"),
+    path("ops/decisions/<int:pk>/", ops.decision_detail, name="ops-decision"),
+    path("ops/allocations/<int:pk>/override/", ops.override, name="ops-override"),
+    path("jobs/", portal.jobs, name="jobs"),
+    path("jobs/new/", portal.submit, name="job-submit"),
+    path("jobs/<int:pk>/", portal.job_detail, name="job-detail"),
     path("api/v1/", include("scheduling.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

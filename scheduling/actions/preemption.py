@@ -82,7 +82,7 @@ def _check_running_quota(alloc: Allocation) -> None:
     check_quota(quota, usage, nodes=alloc.node_count, gpus=alloc.node_count * alloc.per_node_gpu)
 
 
-def allocation_preempt(*, allocation: Allocation, decision: PreemptionDecision, action: str,
+def allocation_preempt(*, allocation: Allocation, decision: PreemptionDecision | None, action: str,
                        checkpoint_timeout_s: float, now: datetime | None = None) -> Allocation:
     """Ask a victim to leave: checkpoint (auto/manual in suspend mode) or terminate."""
     moment = now or timezone.now()

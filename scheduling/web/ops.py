@@ -1,0 +1,167 @@
+"""Operator console (/ops/): live feed, node map, queues, decisions, policy editor, overrides, audit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from functools import wraps
+from typing import Any
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from nodes.models import Node
+from scheduling.actions.overrides import (
+    allocation_force_preempt,
+    allocation_protect,
+    group_pause,
+    group_policy_edit,
+)
+from scheduling.api.permissions import is_operator
+from scheduling.engine import decide
+from scheduling.engine.eligibility import _protections
+from scheduling.errors import DomainError
+from scheduling.forms import PolicyForm
+from scheduling.models import Allocation, Placement, PolicyChange, PreemptionDecision, ResourceGroup
+from scheduling.scheduler import pending_queue
+from scheduling.snapshot import engine_allocation, load_snapshot, policy_of
+
+
+def operator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    @login_required
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not is_operator(request.user):
+            raise PermissionDenied("operators only")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+@operator_required
+def console(request: HttpRequest) -> HttpResponse:
+    groups = ResourceGroup.objects.order_by("name")
+    decisions = PreemptionDecision.objects.select_related("resource_group").order_by("-id")[:30]
+    return render(request, "ops/console.html", {"groups": groups, "decisions": decisions})
+
+
+@operator_required
+def group_detail(request: HttpRequest, name: str) -> HttpResponse:
+    group = get_object_or_404(ResourceGroup, name=name)
+    nodes = list(Node.objects.filter(resource_group=group).select_related("vcluster", "borrowed_by").order_by("name"))
+    on: dict[int, list[int]] = {}
+    for node_id, alloc_id in Placement.objects.filter(node__resource_group=group, kind="assigned").values_list(
+            "node_id", "allocation_id"):
+        on.setdefault(node_id, []).append(alloc_id)
+    queue = pending_queue(group, policy_of(group).kind, 100)
+    latest: dict[int, PreemptionDecision] = {}
+    for d in PreemptionDecision.objects.filter(preemptor_id__in=[r["id"] for r in queue]).order_by("id"):
+        latest[d.preemptor_id] = d  # the last one wins
+    rows = [{**r, "why": latest.get(r["id"])} for r in queue]
+    return render(request, "ops/group.html", {"group": group, "nodes": [(n, on.get(n.pk, [])) for n in nodes],
+                                              "queue": rows})
+
+
+@operator_required
+def decision_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    decision = get_object_or_404(PreemptionDecision.objects.select_related("preemptor", "resource_group"), pk=pk)
+    return render(request, "ops/decision.html", {"d": decision})
+
+
+def _preview(group: ResourceGroup, policy: dict[str, Any]) -> dict[str, Any]:
+    """What the change would do on the current state, computed by the engine."""
+    from scheduling.engine.parse import parse_policy
+
+    snap = load_snapshot(group)
+    now = datetime.now().timestamp()
+    old, new = snap.policy, parse_policy({**policy, "paused": group.paused})
+    cluster = snap.cluster
+    before = _protections(cluster, old, now, False)
+    after = _protections(cluster, new, now, False)
+    changed = []
+    for slot in range(cluster.slots):
+        if before[slot] < 0 or (before[slot] == 0) == (after[slot] == 0):
+            continue
+        changed.append({"id": str(cluster.a_ids[slot]), "now": "protected" if before[slot] else "preemptible",
+                        "after": "protected" if after[slot] else "preemptible"})
+    pending = []
+    for row in pending_queue(group, new.kind, 50):
+        req = engine_allocation(row)
+        a, b = decide(cluster, old, req, now), decide(cluster, new, req, now)
+        if (a.outcome, a.code) != (b.outcome, b.code) or b.outcome == "preempt":
+            pending.append({"id": row["id"], "now": f"{a.outcome} {a.code}", "after": f"{b.outcome} {b.code}",
+                            "victims": [v.id for v in b.victims]})
+    return {"changed": changed, "pending": pending}
+
+
+@operator_required
+def policy_editor(request: HttpRequest, name: str) -> HttpResponse:
+    group = get_object_or_404(ResourceGroup, name=name)
+    preview = None
+    if request.method == "POST":
+        form = PolicyForm(request.POST, policy=group.policy)
+        if form.is_valid():
+            if request.POST.get("action") == "save":
+                group_policy_edit(group=group, policy=form.cleaned_data["policy"], actor=request.user,
+                                  reason=form.cleaned_data["reason"])
+                return redirect("ops-audit")
+            preview = _preview(group, form.cleaned_data["policy"])
+    else:
+        form = PolicyForm(policy=group.policy)
+    return render(request, "ops/policy.html", {"group": group, "form": form, "preview": preview})
+
+
+class OverrideForm(forms.Form):
+    action = forms.ChoiceField(choices=[("protect", "protect"), ("force_preempt", "force preempt")])
+    until = forms.DateTimeField(required=False)
+    reason = forms.CharField(max_length=2000)
+
+
+@operator_required
+@require_POST
+def override(request: HttpRequest, pk: int) -> HttpResponse:
+    alloc = get_object_or_404(Allocation, pk=pk)
+    form = OverrideForm(request.POST)
+    if not form.is_valid():
+        return HttpResponse(f"invalid override: {form.errors.as_text()}", status=400)
+    try:
+        if form.cleaned_data["action"] == "protect":
+            if not form.cleaned_data["until"]:
+                return HttpResponse("protect needs 'until'", status=400)
+            allocation_protect(allocation=alloc, until=form.cleaned_data["until"], actor=request.user,
+                               reason=form.cleaned_data["reason"])
+        else:
+            allocation_force_preempt(allocation=alloc, actor=request.user, reason=form.cleaned_data["reason"])
+    except DomainError as exc:
+        return HttpResponse(exc.message, status=409)
+    return redirect("ops-audit")
+
+
+@operator_required
+@require_POST
+def pause(request: HttpRequest, name: str) -> HttpResponse:
+    group = get_object_or_404(ResourceGroup, name=name)
+    reason = request.POST.get("reason", "").strip()
+    if not reason:
+        return HttpResponse("a reason is required", status=400)
+    group_pause(group=group, paused=request.POST.get("paused") == "1", actor=request.user, reason=reason)
+    return redirect("ops-group", name=group.name)
+
+
+@operator_required
+def audit(request: HttpRequest) -> HttpResponse:
+    qs = PolicyChange.objects.select_related("actor").order_by("-id")
+    action = request.GET.get("action")
+    if action:
+        qs = qs.filter(action=action)
+    before = request.GET.get("before")
+    if before and before.isdigit():
+        qs = qs.filter(id__lt=int(before))
+    page = list(qs[:50])
+    actions = PolicyChange.objects.values_list("action", flat=True).distinct().order_by("action")
+    return render(request, "ops/audit.html", {"changes": page, "actions": actions, "action": action,
+                                              "next": page[-1].pk if len(page) == 50 else None})

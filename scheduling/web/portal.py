@@ -1,0 +1,94 @@
+"""Tenant portal (/jobs/): my allocations with their risk, detail with explanations, submit with what-if."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+
+from scheduling.actions.admission import allocation_submit
+from scheduling.api.allocations import _request, _visible
+from scheduling.api.serializers import AllocationInput
+from scheduling.engine import decide
+from scheduling.errors import DomainError
+from scheduling.models import Allocation, ResourceGroup
+from scheduling.selectors import allocations_visible, events_of, redact_decision, tenant_ids
+from scheduling.snapshot import load_snapshot
+
+
+def _risk(alloc: Allocation) -> dict[str, Any]:
+    above = 10 - alloc.preemption_class
+    borrowed = alloc.placements.filter(node__borrowed_by__isnull=False).exists()
+    return {"protected_until": alloc.protected_until, "borrowed": borrowed, "classes_above": above}
+
+
+@login_required
+def jobs(request: HttpRequest) -> HttpResponse:
+    mine = allocations_visible(request.user).filter(tenant_id__in=tenant_ids(request.user)).order_by("-id")[:100]
+    return render(request, "jobs/list.html", {"jobs": [(a, _risk(a)) for a in mine]})
+
+
+@login_required
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    alloc = allocations_visible(request.user).filter(pk=pk).first()
+    if alloc is None:
+        raise Http404("no such allocation")
+    preemptions = [redact_decision(d, request.user) for d in alloc.preempted_in.select_related(
+        "preemptor", "resource_group").order_by("id")]
+    latest = alloc.decisions.select_related("preemptor", "resource_group").order_by("-id").first()
+    return render(request, "jobs/detail.html", {
+        "job": alloc, "risk": _risk(alloc), "events": events_of(alloc), "preemptions": preemptions,
+        "waiting": redact_decision(latest, request.user) if latest and alloc.state == "pending" else None})
+
+
+class SubmitForm(forms.Form):
+    resource_group = forms.ModelChoiceField(queryset=ResourceGroup.objects.all(), to_field_name="name")
+    vcluster = forms.CharField(required=False)
+    session_type = forms.CharField(required=False)
+    nodes = forms.IntegerField(min_value=1, initial=1)
+    gpus_per_node = forms.IntegerField(min_value=0, initial=8)
+    preemption_class = forms.IntegerField(min_value=0, max_value=10, initial=3)
+    priority = forms.IntegerField(min_value=0, max_value=100, initial=10)
+    checkpoint = forms.ChoiceField(choices=[("auto", "auto"), ("manual", "manual"), ("none", "none")])
+    walltime_minutes = forms.FloatField(required=False, min_value=0.01)
+    command = forms.CharField(required=False, help_text="space-separated")
+
+    def payload(self) -> dict[str, Any]:
+        d = self.cleaned_data
+        out = {"resource_group": d["resource_group"].name, "nodes": d["nodes"],
+               "per_node": {"gpu": d["gpus_per_node"]}, "preemption_class": d["preemption_class"],
+               "priority": d["priority"], "checkpoint": d["checkpoint"],
+               "walltime_minutes": d["walltime_minutes"], "command": (d["command"] or "").split()}
+        for key in ("vcluster", "session_type"):
+            if d[key]:
+                out[key] = d[key]
+        return out
+
+
+@login_required
+def submit(request: HttpRequest) -> HttpResponse:
+    whatif = None
+    errors: dict[str, Any] = {}
+    form = SubmitForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = AllocationInput(data=form.payload(), context={"request": request})
+        if not data.is_valid():
+            errors = data.errors
+        elif request.POST.get("action") == "whatif":
+            snap = load_snapshot(data.validated_data["resource_group"])
+            tenant = data.validated_data["tenant_obj"]
+            req = _request(data.model_fields(), tenant.name, request.user.get_username())
+            whatif = _visible(decide(snap.cluster, snap.policy, req, timezone.now().timestamp()).to_dict(), tenant.pk)
+        else:
+            try:
+                alloc = allocation_submit(user=request.user, tenant=data.validated_data["tenant_obj"],
+                                          group=data.validated_data["resource_group"], fields=data.model_fields())
+            except DomainError as exc:
+                errors = {"__all__": [exc.message]}
+            else:
+                return redirect("job-detail", pk=alloc.pk)
+    return render(request, "jobs/submit.html", {"form": form, "whatif": whatif, "errors": errors})

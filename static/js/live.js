@@ -1,0 +1,50 @@
+// Live feed and local times. Pages work without this script; it only enhances them.
+(function () {
+  function localTimes(root) {
+    root.querySelectorAll("time[datetime]").forEach(function (el) {
+      var d = new Date(el.getAttribute("datetime"));
+      if (!isNaN(d)) { el.textContent = d.toLocaleString(); el.title = el.getAttribute("datetime"); }
+    });
+  }
+  localTimes(document);
+  var feed = document.getElementById("live-feed");
+  if (!feed || !window.WebSocket) return;
+  var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+  var queue = [], timer = null;
+  function flush() {  // coalesce bursts: one DOM update per animation frame
+    timer = null;
+    queue.splice(0).forEach(function (ev) {
+      var li = document.createElement("li");
+      li.className = "event " + (ev.kind || "").replace(".", "-");
+      var text = ev.kind;
+      if (ev.kind === "decision") {
+        text = "decision " + ev.decision + ": " + ev.code + " for #" + ev.preemptor +
+               (ev.victims && ev.victims.length ? " (victims " + ev.victims.join(", ") + ")" : "") +
+               (ev.shadow ? " [shadow]" : "");
+        var a = document.createElement("a"); a.href = "/ops/decisions/" + ev.decision + "/"; a.textContent = text;
+        li.appendChild(a);
+      } else if (ev.allocation) {
+        li.textContent = text + ": #" + ev.allocation + " " + (ev.state || "");
+      } else if (ev.allocations) {
+        li.textContent = text + ": " + ev.allocations.map(function (x) { return "#" + x; }).join(", ");
+      } else { li.textContent = text; }
+      feed.insertBefore(li, feed.firstChild);
+      while (feed.children.length > 200) feed.removeChild(feed.lastChild);
+    });
+  }
+  function connect(delay) {
+    var ws = new WebSocket(scheme + location.host + "/ws/live/");
+    ws.onopen = function () { document.body.dataset.live = "on"; };
+    ws.onmessage = function (m) {
+      var ev = JSON.parse(m.data);
+      if (ev.kind === "hello") return;
+      queue.push(ev);
+      if (!timer) timer = window.requestAnimationFrame(flush);
+    };
+    ws.onclose = function () {
+      document.body.dataset.live = "off";
+      setTimeout(function () { connect(Math.min(delay * 2, 30000)); }, delay);
+    };
+  }
+  connect(1000);
+})();

@@ -1,0 +1,114 @@
+"""Console and portal pages: who may see what, the policy editor's preview and audit, overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.models import PolicyChange, ResourceGroup
+from scheduling.scheduler import schedule_pass
+
+pytestmark = pytest.mark.django_db
+
+POLICY = {"policy_kind": "class_cost", "policy_enabled": "on", "policy_mode": "suspend", "policy_max_victims": "3",
+          "policy_near_completion_minutes": "5", "policy_min_runtime_minutes": "0", "policy_reclaim_rule": "any",
+          "policy_checkpoint_timeout_minutes": "10", "policy_victim_scope": "resource_group",
+          "policy_preemption_order": "newest", "policy_tolerance": "0.8", "policy_starvation_timeout_s": "30",
+          "policy_aggressive_starvation_timeout_s": "120", "policy_preemption_threshold": "1.0",
+          "policy_aggressive_threshold": "0.2"}
+
+
+def test_tenant_members_cannot_open_the_console(client, tenant_physics, resource_group, django_user_model):
+    client.force_login(django_user_model.objects.get(username="alice"))
+    for url in ("/ops/", "/ops/audit/", f"/ops/groups/{resource_group.name}/",
+                f"/ops/groups/{resource_group.name}/policy/"):
+        assert client.get(url).status_code == 403, url
+
+
+def test_console_pages_render_for_operators(client, operator, resource_group, two_nodes, make_allocation,
+                                            vcluster_hpc):
+    low = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
+                          vcluster=vcluster_hpc)
+    make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
+                    vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    high = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=8, checkpoint="auto",
+                           vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    decision = high.decisions.get()
+    client.force_login(operator)
+    assert b"gpu-a" in client.get(f"/ops/groups/{resource_group.name}/").content
+    page = client.get(f"/ops/decisions/{decision.pk}/").content.decode()
+    assert "PREEMPT" in page and "SELECTED" in page
+    assert f"decision {decision.pk}" in client.get("/ops/").content.decode()
+    del low
+
+
+def test_policy_preview_changes_nothing_and_save_is_audited(client, operator, resource_group, two_nodes,
+                                                             make_allocation, vcluster_hpc):
+    client.force_login(operator)
+    url = f"/ops/groups/{resource_group.name}/policy/"
+    preview = client.post(url, {**POLICY, "policy_max_victims": "1", "reason": "fewer victims", "action": "preview"})
+    assert preview.status_code == 200 and b"Preview on the current state" in preview.content
+    assert ResourceGroup.objects.get(pk=resource_group.pk).policy == {"kind": "class_cost"}
+    missing_reason = client.post(url, {**POLICY, "action": "save"})
+    assert missing_reason.status_code == 200 and not PolicyChange.objects.exists()
+    saved = client.post(url, {**POLICY, "policy_max_victims": "1", "reason": "fewer victims", "action": "save"})
+    assert saved.status_code == 302
+    assert ResourceGroup.objects.get(pk=resource_group.pk).policy["max_victims"] == 1
+    change = PolicyChange.objects.get()
+    assert (change.action, change.reason, change.actor) == ("edit", "fewer victims", operator)
+    assert "fewer victims" in client.get("/ops/audit/?action=edit").content.decode()
+
+
+def test_overrides_pause_protect_and_force_preempt_are_audited(client, operator, resource_group, two_nodes,
+                                                               make_allocation, vcluster_hpc):
+    job = make_allocation(state="pending", node_count=1, per_node_gpu=8, checkpoint="auto", vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    client.force_login(operator)
+    assert client.post(f"/ops/groups/{resource_group.name}/pause/", {"paused": "1"}).status_code == 400
+    client.post(f"/ops/groups/{resource_group.name}/pause/", {"paused": "1", "reason": "incident"})
+    assert ResourceGroup.objects.get(pk=resource_group.pk).paused
+    client.post(f"/ops/allocations/{job.pk}/override/", {"action": "protect", "until": "2030-01-01 00:00",
+                                                          "reason": "deadline"})
+    client.post(f"/ops/allocations/{job.pk}/override/", {"action": "force_preempt", "reason": "bad node"})
+    job.refresh_from_db()
+    assert job.protected_until is not None and job.state == "checkpointing"
+    assert list(PolicyChange.objects.order_by("id").values_list("action", flat=True)) == [
+        "pause", "protect", "force_preempt"]
+
+
+def test_portal_shows_own_jobs_with_explanations_and_hides_others(client, tenant_physics, tenant_chemistry,
+                                                                 resource_group, two_nodes, vcluster_hpc,
+                                                                 django_user_model):
+    from scheduling.models import Allocation
+
+    bob = django_user_model.objects.get(username="bob")
+    alice = django_user_model.objects.get(username="alice")
+    common = {"resource_group": resource_group, "vcluster": vcluster_hpc, "node_count": 1, "per_node_gpu": 8,
+              "checkpoint": "auto", "submitted_at": "2026-05-01T10:00:00Z", "state": "pending"}
+    mine = [Allocation.objects.create(tenant=tenant_physics, user=alice, preemption_class=1, **common)
+            for _ in range(2)]
+    schedule_pass(resource_group.pk)
+    theirs = Allocation.objects.create(tenant=tenant_chemistry, user=bob, preemption_class=8, **common)
+    schedule_pass(resource_group.pk)
+    client.force_login(alice)
+    assert client.get(f"/jobs/{theirs.pk}/").status_code == 404
+    victim = next(a for a in mine if a.preempted_in.exists())
+    page = client.get(f"/jobs/{victim.pk}/").content.decode()
+    assert "a class-8 allocation of another tenant" in page
+    assert str(theirs.pk) not in page.split("Preemptions")[1].split("History")[0]
+    listing = client.get("/jobs/").content.decode()
+    assert f"#{victim.pk}" in listing and f"#{theirs.pk}" not in listing
+
+
+def test_submit_form_what_if_stores_nothing_then_submit_stores(client, tenant_physics, resource_group, two_nodes):
+    from scheduling.models import Allocation
+
+    client.force_login(tenant_physics.memberships.first().user)
+    form = {"resource_group": resource_group.name, "vcluster": "hpc", "nodes": 1, "gpus_per_node": 8,
+            "preemption_class": 3, "priority": 10, "checkpoint": "auto", "command": "sleep 5"}
+    page = client.post("/jobs/new/", {**form, "action": "whatif"})
+    assert b"What would happen now" in page.content and b"FITS" in page.content
+    assert not Allocation.objects.exists()
+    done = client.post("/jobs/new/", {**form, "action": "submit"})
+    assert done.status_code == 302 and Allocation.objects.get().command == ["sleep", "5"]
