@@ -37,12 +37,30 @@ class Selection:
 
 
 def pool_entries(view: RequestView, pool: BArr) -> IArr:
-    """Live entries of pool slots on placeable nodes that do not already fit."""
+    """Live entries of pool slots on placeable nodes that do not already fit, and that free some
+    resource the request needs: any other victim is always given back and never in a cheapest
+    set, so it cannot change a selection (an exclusive request, which needs every occupant gone,
+    keeps them all)."""
     cluster = view.cluster
     live = cluster.live_entries()
     slots, nodes = cluster.e_alloc[live], cluster.e_node[live]
     keep = pool[slots] & view.placeable[nodes] & ~view.base_ok[nodes]
+    if not view.exclusive and len(view.need_idx):
+        keep &= _frees_needed(view)
     result: IArr = live[keep]
+    return result
+
+
+def _frees_needed(view: RequestView) -> BArr:
+    cluster = view.cluster
+    key = ("frees", tuple(view.need_idx.tolist()))
+
+    def build() -> BArr:
+        live = cluster.live_entries()
+        result: BArr = np.any(cluster.e_res[live][:, view.need_idx] > 0, axis=1)
+        return result
+
+    result: BArr = cluster.cached(key, build)
     return result
 
 

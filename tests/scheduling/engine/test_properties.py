@@ -43,9 +43,10 @@ def documents(draw, kind: str) -> dict:
         else:
             span = draw(st.lists(st.sampled_from(names), min_size=2 if gang else 1,
                                  max_size=2 if gang else 1, unique=True))
-            gpu = draw(st.sampled_from([1, 2, 2, 4, 4, 8]))
+            gpu = draw(st.sampled_from([1, 2, 2, 4, 4, 8, 0]))  # 0: CPU-only work, useless to GPU requests
+        cpu_only = gpu == 0
         gpu = min([gpu] + [free[name] for name in span])
-        if gpu <= 0:
+        if gpu <= 0 and not cpu_only:
             continue
         for name in span:
             free[name] -= gpu
