@@ -25,6 +25,8 @@ COST_EPS = 1e-6
 EXACT_LIMIT = 20
 # Above EXACT_LIMIT eligible candidates, single-node requests search this many best-bounded nodes.
 HEURISTIC_NODES = 16
+# Ordered walks first look at this many candidates, then four times more, until the request fits.
+PREFIX_START = 1024
 # Search steps before the exact search settles for what it has found (>20 candidates only).
 STEP_BUDGET = 200_000
 
@@ -576,27 +578,31 @@ def ordered_greedy(view: RequestView, pool: BArr, walk: tuple[IArr, IArr, IArr],
     cluster = view.cluster
     pos, order, entry_order = walk
     ordered_slots = order[pool[order]]
-    taken_mask = np.zeros(cluster.slots, dtype=bool)
-    if takes is not None:
-        took = takes(ordered_slots)
-        taken_mask[ordered_slots[took]] = True
-        skipped_slots = ordered_slots[~took]
-    else:
-        taken_mask[ordered_slots] = True
-        skipped_slots = ordered_slots[:0]
-    ents = pool_entries(view, taken_mask)
-    in_pool = np.zeros(len(cluster.e_alloc), dtype=bool)
-    in_pool[ents] = True
-    fit_pos = _fit_positions(view, entry_order[in_pool[entry_order]], pos)
-    best_p: int | None = None
-    for g in view.groups.tolist():
-        want = view.k - int(view.base_count[g]) - int(view.lendable_cap[g])
-        cand = fit_pos[(view.group == g) & (fit_pos >= 0)]
-        if want <= 0 or len(cand) < want:
-            continue
-        p = int(np.partition(cand, want - 1)[want - 1])
-        if best_p is None or p < best_p:
-            best_p = p
+    # The walk stops where the request first fits, and whether a candidate is taken depends
+    # only on those before it: walk a growing prefix until it fits (or the pool is exhausted).
+    size = PREFIX_START
+    while True:
+        prefix = ordered_slots[:size]
+        took = takes(prefix) if takes is not None else np.ones(len(prefix), dtype=bool)
+        taken_mask = np.zeros(cluster.slots, dtype=bool)
+        taken_mask[prefix[took]] = True
+        skipped_slots = prefix[~took]
+        ents = pool_entries(view, taken_mask)
+        in_pool = np.zeros(len(cluster.e_alloc), dtype=bool)
+        in_pool[ents] = True
+        fit_pos = _fit_positions(view, entry_order[in_pool[entry_order]], pos)
+        best_p: int | None = None
+        for g in view.groups.tolist():
+            want = view.k - int(view.base_count[g]) - int(view.lendable_cap[g])
+            cand = fit_pos[(view.group == g) & (fit_pos >= 0)]
+            if want <= 0 or len(cand) < want:
+                continue
+            p = int(np.partition(cand, want - 1)[want - 1])
+            if best_p is None or p < best_p:
+                best_p = p
+        if best_p is not None or size >= len(ordered_slots):
+            break
+        size *= 4
     if best_p is None:
         return Selection(None, "NO_FEASIBLE_SET", set(skipped_slots.tolist()))
     reached = set(skipped_slots[pos[skipped_slots] < best_p].tolist())
