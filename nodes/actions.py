@@ -6,7 +6,6 @@ and any commands are queued for after commit.
 
 from __future__ import annotations
 
-import hmac
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from nodes.models import AgentToken, Node, NodeState, ProcessedFrame, hash_token
+from nodes.models import AgentToken, Node, NodeState, ProcessedFrame
 from nodes.protocol import (
     CheckpointDone,
     CheckpointProgress,
@@ -35,7 +34,6 @@ from scheduling.states import FINAL, HOLDING, State
 HEARTBEAT_INTERVAL_S = 10
 HEARTBEAT_TIMEOUT_S = 30
 NODE_GRACE_S = 60
-PREFIX_LEN = 12
 
 
 class FrameRefused(Exception):
@@ -54,9 +52,7 @@ class Reply:
 
 def agent_token_issue(*, node: Node) -> str:
     """A new token for the node's agent; shown once, stored as a digest."""
-    token = AgentToken.generate()
-    AgentToken.objects.create(node=node, prefix=token[:PREFIX_LEN], digest=hash_token(token))
-    return token
+    return AgentToken.issue(node=node)
 
 
 def agent_token_revoke(*, node: Node) -> int:
@@ -64,12 +60,8 @@ def agent_token_revoke(*, node: Node) -> int:
 
 
 def agent_authenticate(token: str) -> Node | None:
-    wanted = hash_token(token)
-    for candidate in AgentToken.objects.filter(prefix=token[:PREFIX_LEN], revoked_at__isnull=True) \
-            .select_related("node"):
-        if hmac.compare_digest(candidate.digest, wanted):
-            return candidate.node
-    return None
+    found = AgentToken.lookup(token, "node")
+    return found.node if found is not None else None
 
 
 # -- reports -------------------------------------------------------------------------------

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import secrets
-
 from django.db import models
 from django.db.models import Q
+
+from scheduling.models.secrets import HashedToken
 
 
 class NodeState(models.TextChoices):
@@ -53,31 +51,17 @@ class Node(models.Model):
         return {r: float(getattr(self, r)) for r in ("gpu", "cpu", "memory") if getattr(self, r)}
 
 
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-class AgentToken(models.Model):
+class AgentToken(HashedToken):
     """A node agent's bearer token; stored only as a hash, shown once when issued."""
 
+    KIND = "lat"
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="tokens")
-    prefix = models.CharField(max_length=12, db_index=True)
-    digest = models.CharField(max_length=64)
-    created_at = models.DateTimeField(auto_now_add=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at"]
+    class Meta(HashedToken.Meta):
+        pass
 
     def __str__(self) -> str:
         return f"{self.prefix}… for {self.node}"
-
-    @staticmethod
-    def generate() -> str:
-        return "lat_" + secrets.token_urlsafe(32)
-
-    def matches(self, token: str) -> bool:
-        return hmac.compare_digest(self.digest, hash_token(token))
 
 
 class ProcessedFrame(models.Model):

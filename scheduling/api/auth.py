@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
 
-from scheduling.actions.tokens import PREFIX_LEN, digest
 from scheduling.models import ApiToken
 
 
@@ -21,13 +19,10 @@ class ApiTokenAuthentication(BaseAuthentication):
             return None
         if len(parts) != 2:
             raise AuthenticationFailed("Authorization header must be 'Token <key>'.")
-        token = parts[1].decode(errors="replace")
-        wanted = digest(token)
-        for candidate in ApiToken.objects.filter(prefix=token[:PREFIX_LEN], revoked_at__isnull=True) \
-                .select_related("user"):
-            if hmac.compare_digest(candidate.digest, wanted) and candidate.user.is_active:
-                return candidate.user, candidate
-        raise AuthenticationFailed("Invalid or revoked token.")
+        found = ApiToken.lookup(parts[1].decode(errors="replace"), "user")
+        if found is None or not found.user.is_active:
+            raise AuthenticationFailed("Invalid or revoked token.")
+        return found.user, found
 
     def authenticate_header(self, request: Any) -> str:
         return "Token"

@@ -233,14 +233,8 @@ def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr
     best = _Best()
     if bound is not None and bound < 1:
         return best
-    nodes = cluster.e_node[ents]
     slots = cluster.e_alloc[ents]
-    idx = view.need_idx
-    single = potential[nodes].copy()
-    if len(idx):
-        single &= np.all(view.free[nodes][:, idx] + cluster.e_res[ents][:, idx] + EPS >= view.need[idx], axis=1)
-    if view.exclusive:
-        single &= cluster.count[nodes] == 1
+    single = _single_victim_entries(view, ents, potential)
     if single.any():
         s = np.unique(slots[single])
         c = cost[s]
@@ -269,6 +263,19 @@ def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr
         _search(_by_cost(local, cost, start, rank), cost, bound, best, start, rank,
                 _node_fit(view, node, local))
     return best
+
+
+def _single_victim_entries(view: RequestView, ents: IArr, potential: BArr) -> BArr:
+    """Entries whose allocation alone would make its node fit."""
+    cluster = view.cluster
+    nodes = cluster.e_node[ents]
+    idx = view.need_idx
+    single: BArr = potential[nodes].copy()
+    if len(idx):
+        single &= np.all(view.free[nodes][:, idx] + cluster.e_res[ents][:, idx] + EPS >= view.need[idx], axis=1)
+    if view.exclusive:
+        single &= cluster.count[nodes] == 1
+    return single
 
 
 def _lower_bounds(view: RequestView, ents: IArr, potential: BArr, cost: FArr,
@@ -314,12 +321,7 @@ def _greedy_by_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr, 
     cluster = view.cluster
     nodes = cluster.e_node[ents]
     slots = cluster.e_alloc[ents]
-    idx = view.need_idx
-    single = potential[nodes].copy()
-    if len(idx):
-        single &= np.all(view.free[nodes][:, idx] + cluster.e_res[ents][:, idx] + EPS >= view.need[idx], axis=1)
-    if view.exclusive:
-        single &= cluster.count[nodes] == 1
+    single = _single_victim_entries(view, ents, potential)
     n = len(cluster.node_names)
     whole = np.bincount(nodes, weights=cost[slots], minlength=n)  # every candidate on the node
     local = np.where(potential, whole, np.inf)

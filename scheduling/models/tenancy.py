@@ -6,6 +6,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from .secrets import HashedToken
+
 
 class Tenant(models.Model):
     name = models.SlugField(max_length=64, unique=True)
@@ -69,17 +71,14 @@ class Quota(models.Model):
         return f"quota of {self.tenant}"
 
 
-class ApiToken(models.Model):
+class ApiToken(HashedToken):
     """A client's API token: shown once, stored as a SHA-256 digest, compared in constant time."""
 
+    KIND = "lpi"
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
-    prefix = models.CharField(max_length=12, db_index=True)
-    digest = models.CharField(max_length=64)
-    created_at = models.DateTimeField(auto_now_add=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at"]
+    class Meta(HashedToken.Meta):
+        pass
 
     def __str__(self) -> str:
         return f"{self.prefix}… of {self.user}"

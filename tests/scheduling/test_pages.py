@@ -96,7 +96,8 @@ def test_portal_shows_own_jobs_with_explanations_and_hides_others(client, tenant
     victim = next(a for a in mine if a.preempted_in.exists())
     page = client.get(f"/jobs/{victim.pk}/").content.decode()
     assert "a class-8 allocation of another tenant" in page
-    assert str(theirs.pk) not in page.split("Preemptions")[1].split("History")[0]
+    section = page.split("Preemptions")[1].split("History")[0]
+    assert f"#{theirs.pk}" not in section and "chemistry" not in section and "bob" not in section
     listing = client.get("/jobs/").content.decode()
     assert f"#{victim.pk}" in listing and f"#{theirs.pk}" not in listing
 
