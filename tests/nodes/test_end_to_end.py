@@ -82,6 +82,7 @@ def daphne():
     yield port
     proc.terminate()
     proc.wait(timeout=10)
+    time.sleep(0.5)  # let PostgreSQL notice the server's sessions are gone before teardown
 
 
 @pytest.fixture
