@@ -17,6 +17,11 @@ if settings.DEBUG:
     # Development only; in production a reverse proxy serves collected static files.
     django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
 
+if os.environ.get("LATTICE_EMBEDDED_LOOP") == "1" and not settings.REDIS_URL:
+    from lattice_site import embedded
+
+    embedded.start()
+
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,

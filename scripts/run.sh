@@ -26,8 +26,8 @@ else
   pids=()
   cleanup() { trap - INT TERM EXIT; kill "${pids[@]}" 2>/dev/null || true; wait || true; }
   trap cleanup INT TERM EXIT
-  "$BIN/python" manage.py run_scheduler & pids+=($!)
-  "$BIN/python" manage.py runserver --noreload "$HOST:$PORT" & pids+=($!)
+  # Embedded: the periodic tasks run in a thread of the web process, next to the sockets.
+  LATTICE_EMBEDDED_LOOP=1 "$BIN/python" manage.py runserver --noreload "$HOST:$PORT" & pids+=($!)
   sleep 2
   "$BIN/python" manage.py run_agent --simulate-all --url "ws://$HOST:$PORT/ws/agent/" & pids+=($!)
   wait -n
