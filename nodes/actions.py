@@ -145,8 +145,7 @@ def _placed_here(node: Node, alloc_id: str) -> Allocation:
     alloc = Allocation.objects.filter(pk=int(alloc_id)).first()
     if alloc is None:
         raise FrameRefused("NOT_ON_THIS_NODE", f"allocation {alloc_id} is not placed on {node.name}")
-    here = Placement.objects.filter(allocation=alloc, node=node).exists() or AllocationEvent.objects.filter(
-        allocation=alloc, reason__contains=f"on {node.name}").exists()
+    here = node.name in (alloc.ran_on or []) or Placement.objects.filter(allocation=alloc, node=node).exists()
     if not here:
         raise FrameRefused("NOT_ON_THIS_NODE", f"allocation {alloc_id} is not placed on {node.name}")
     return alloc

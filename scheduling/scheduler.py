@@ -218,8 +218,10 @@ def _flush_fits(snap: Snapshot, batch: list[tuple[dict, em.Allocation, Decision]
             Placement(allocation_id=pk, node_id=snap.node_ids[name], gpu=a.per_node_gpu, cpu=a.per_node_cpu,
                       memory=a.per_node_memory)
             for pk, a in allocs.items() for name in by_id[pk][2].nodes])
-        Allocation.objects.filter(pk__in=list(allocs), state=State.PENDING).update(
-            state=State.RUNNING, started_at=moment, state_changed_at=moment)
+        for pk in allocs:
+            Allocation.objects.filter(pk=pk, state=State.PENDING).update(
+                state=State.RUNNING, started_at=moment, state_changed_at=moment,
+                ran_on=list(by_id[pk][2].nodes))
         AllocationEvent.objects.bulk_create([
             AllocationEvent(allocation_id=pk, from_state=State.PENDING, to_state=State.RUNNING,
                             reason=f"placed on {', '.join(by_id[pk][2].nodes)}") for pk in allocs])

@@ -63,7 +63,7 @@ def allocation_place(*, allocation: Allocation, node_ids: dict[str, int], nodes:
         if borrowed and alloc.vcluster_id:
             Node.objects.filter(name__in=borrowed, borrowed_by__isnull=True).update(borrowed_by=alloc.vcluster_id)
         allocation_transition(allocation=alloc, to=State.RUNNING, reason="placed", decision=decision, now=moment,
-                              fields={"started_at": moment})
+                              fields={"started_at": moment, "ran_on": list(nodes)})
         for name in nodes:
             agent_command_on_commit(name, start_frame(alloc, name))
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state, "nodes": nodes},

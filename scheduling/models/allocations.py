@@ -87,6 +87,8 @@ class Allocation(models.Model):
                                      blank=True, related_name="+", help_text="The decision it is leaving for.")
     requeued_from = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True,
                                       related_name="requeues")
+    ran_on = models.JSONField(default=list, blank=True,
+                              help_text="Nodes of its latest placement; their agents may still report its exit.")
 
     class Meta:
         ordering = ["-submitted_at", "-id"]

@@ -40,7 +40,8 @@ async def _send(comm, frame):
 
 def _running_here(make_allocation, vcluster_hpc, node, **kw) -> Allocation:
     fields = {"state": "running", "node_count": 1, "per_node_gpu": 8, "preemption_class": 1,
-              "checkpoint": "auto", "vcluster": vcluster_hpc, "started_at": timezone.now(), **kw}
+              "checkpoint": "auto", "vcluster": vcluster_hpc, "started_at": timezone.now(), "ran_on": [node.name],
+              **kw}
     alloc = make_allocation(**fields)
     Placement.objects.create(allocation=alloc, node=node, gpu=8)
     return alloc
@@ -276,3 +277,25 @@ async def database_sync(fn):
     from channels.db import database_sync_to_async
 
     return await database_sync_to_async(fn)()
+
+
+def test_late_report_is_accepted_only_from_a_node_the_work_ran_on(agent_node, resource_group, vcluster_hpc,
+                                                                   make_allocation):
+    node, token = agent_node
+    similar = Node.objects.create(name="gpu-a1", resource_group=resource_group, vcluster=vcluster_hpc, gpu=8)
+    elsewhere = make_allocation(state="pending", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc)
+    from scheduling.actions.preemption import allocation_place
+
+    allocation_place(allocation=elsewhere, node_ids={"gpu-a1": similar.pk}, nodes=["gpu-a1"], borrowed=[])
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        reply = await _send(comm, {"type": "exited", "id": "z1", "allocation": str(elsewhere.pk),
+                                   "exit_code": 0, "reason": "completed"})
+        await comm.disconnect()
+        return reply
+
+    assert run(scenario)["code"] == "NOT_ON_THIS_NODE"
+    elsewhere.refresh_from_db()
+    assert elsewhere.state == "running" and elsewhere.ran_on == ["gpu-a1"]

@@ -151,7 +151,7 @@ class Command(BaseCommand):
                 name=f"{tname}-{st.name}-{klass}", preemption_class=klass, checkpoint=ckpt,
                 submitted_at=started - timedelta(minutes=3), started_at=started, state=State.RUNNING,
                 state_changed_at=started, node_count=len(node_names), per_node_gpu=8, per_node_cpu=64,
-                per_node_memory=512, walltime_minutes=wall * 60 if wall else None,
+                per_node_memory=512, walltime_minutes=wall * 60 if wall else None, ran_on=node_names,
                 command=["python", "-c", "import time; time.sleep(3600)"])
             for nname in node_names:
                 Placement.objects.create(allocation=alloc, node=Node.objects.get(name=nname),
