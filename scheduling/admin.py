@@ -171,6 +171,17 @@ class AllocationAdmin(admin.ModelAdmin):
     inlines = [PlacementInline, EventInline]
     list_select_related = ["tenant", "resource_group"]
 
+    # Operators read tenants' work here; they change it only through audited overrides
+    # (protect, force-preempt) in the console. Tenants submit through the API or portal.
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
 
 @admin.register(AllocationEvent)
 class AllocationEventAdmin(admin.ModelAdmin):

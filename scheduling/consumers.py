@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from scheduling.api.permissions import is_operator
-from scheduling.dispatch import OPS_GROUP, tenant_group
+from scheduling.dispatch import OPS_GROUP, subscribe, tenant_group
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -26,12 +27,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.groups_joined = await database_sync_to_async(_groups_for)(user)
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
+            await sync_to_async(subscribe, thread_sensitive=False)(group, +1)
         await self.accept()
         await self.send_json({"kind": "hello", "groups": len(self.groups_joined)})
 
     async def disconnect(self, code: int) -> None:
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
+            await sync_to_async(subscribe, thread_sensitive=False)(group, -1)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         return None  # the feed is one-way

@@ -26,6 +26,44 @@ def tenant_group(tenant_id: int) -> str:
 
 
 OPS_GROUP = "ops"
+SUBSCRIBERS_TTL_S = 24 * 3600
+_local_subscribers: dict[str, int] = {}
+
+
+def _redis() -> Any:
+    from django.conf import settings
+
+    if not settings.REDIS_URL:
+        return None
+    import redis
+
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+
+
+def subscribe(group: str, delta: int) -> None:
+    """Count a live subscriber in or out of ``group`` (browsers only: agents always get commands)."""
+    client = _redis()
+    if client is None:
+        _local_subscribers[group] = max(0, _local_subscribers.get(group, 0) + delta)
+        return
+    key = f"lattice:subscribers:{group}"
+    try:
+        if client.incrby(key, delta) <= 0:
+            client.delete(key)
+        else:
+            client.expire(key, SUBSCRIBERS_TTL_S)
+    except Exception:  # without the count, events are sent anyway: never lose one
+        log.warning("could not count subscribers of %s", group, exc_info=True)
+
+
+def has_subscribers(group: str) -> bool:
+    client = _redis()
+    if client is None:
+        return _local_subscribers.get(group, 0) > 0
+    try:
+        return int(client.get(f"lattice:subscribers:{group}") or 0) > 0
+    except Exception:
+        return True
 
 
 def _send(group: str, message: dict[str, Any]) -> None:
@@ -69,9 +107,10 @@ def event_on_commit(kind: str, payload: dict[str, Any], tenant_id: int | None) -
     message = {"type": "live.event", "event": {"kind": kind, **payload}}
 
     def send() -> None:
-        _send(OPS_GROUP, message)
-        if tenant_id is not None:
-            _send(tenant_group(tenant_id), message)
+        groups = [OPS_GROUP] + ([tenant_group(tenant_id)] if tenant_id is not None else [])
+        for group in groups:
+            if has_subscribers(group):  # nobody watching: nothing to send
+                _send(group, message)
 
     transaction.on_commit(send)
 

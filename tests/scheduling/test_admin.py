@@ -81,3 +81,14 @@ def test_policy_changes_are_append_only(resource_group):
     change.reason = "rewrite history"
     with pytest.raises(ValueError):
         change.save()
+
+
+def test_allocations_are_read_only_in_the_admin(admin_client_op, make_allocation):
+    client, _ = admin_client_op
+    alloc = make_allocation(state="running", preemption_class=1)
+    page = client.get(f"/admin/scheduling/allocation/{alloc.pk}/change/")
+    assert page.status_code == 200 and b'name="preemption_class"' not in page.content
+    client.post(f"/admin/scheduling/allocation/{alloc.pk}/change/", {"preemption_class": 9})
+    alloc.refresh_from_db()
+    assert alloc.preemption_class == 1
+    assert client.get("/admin/scheduling/allocation/add/").status_code == 403

@@ -1,0 +1,89 @@
+"""/ws/live/: session authentication, who hears what, and sends only to watched groups."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+
+from lattice_site.asgi import application
+from scheduling.dispatch import event_on_commit, has_subscribers
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def no_subscribers():
+    """Subscriber counts live in Redis when it is the channel layer: start each test from zero."""
+    from scheduling import dispatch
+
+    dispatch._local_subscribers.clear()
+    client = dispatch._redis()
+    if client is not None:
+        for key in client.scan_iter("lattice:subscribers:*"):
+            client.delete(key)
+
+
+def _comm(client) -> WebsocketCommunicator:
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode() if "sessionid" in client.cookies else b""
+    return WebsocketCommunicator(application, "/ws/live/", headers=[(b"cookie", cookie),
+                                                                    (b"origin", b"http://127.0.0.1")])
+
+
+def test_anonymous_browser_is_refused(client):
+    async def scenario():
+        comm = _comm(client)
+        connected, code = await comm.connect()
+        return connected, code
+
+    assert async_to_sync(scenario)() == (False, 4401)
+
+
+def test_operator_hears_every_event_and_member_only_its_tenant(client, operator, tenant_physics, tenant_chemistry,
+                                                               django_user_model):
+    from django.test import Client
+
+    client.force_login(operator)
+    alice = Client()
+    alice.force_login(django_user_model.objects.get(username="alice"))
+
+    async def scenario():
+        ops, member = _comm(client), _comm(alice)
+        assert (await ops.connect())[0] and (await member.connect())[0]
+        await ops.receive_json_from(timeout=5)
+        await member.receive_json_from(timeout=5)
+        await database_sync_to_async(lambda: event_on_commit("x", {"n": 1}, tenant_chemistry.pk))()
+        await database_sync_to_async(lambda: event_on_commit("y", {"n": 2}, tenant_physics.pk))()
+        got_ops = [await ops.receive_json_from(timeout=5), await ops.receive_json_from(timeout=5)]
+        got_member = await member.receive_json_from(timeout=5)
+        assert await member.receive_nothing(timeout=0.3)
+        await ops.disconnect()
+        await member.disconnect()
+        return got_ops, got_member
+
+    got_ops, got_member = async_to_sync(scenario)()
+    assert [e["kind"] for e in got_ops] == ["x", "y"]
+    assert got_member == {"kind": "y", "n": 2}
+
+
+def test_events_go_only_to_groups_someone_watches(db):
+    layer = get_channel_layer()
+
+    async def scenario():
+        channel = await layer.new_channel()
+        await layer.group_add("ops", channel)  # in the group, but not a counted subscriber
+        await database_sync_to_async(lambda: event_on_commit("z", {}, None))()
+        import asyncio
+
+        try:
+            await asyncio.wait_for(layer.receive(channel), timeout=0.3)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            await layer.group_discard("ops", channel)
+
+    assert not has_subscribers("ops")
+    assert async_to_sync(scenario)() is False
