@@ -301,9 +301,7 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
                         row["tenant_id"])
     if not shadow:
         for v in decision.victims:
-            old = snap.cluster.remove(v.id)
-            if old is not None:
-                snap.cluster.add(replace(old, state="checkpointing" if v.action == "checkpoint" else "terminating"))
+            snap.cluster.set_state(v.id, "checkpointing" if v.action == "checkpoint" else "terminating")
     result.preempted += 1
     result.decisions.append(record.pk)
 

@@ -101,6 +101,7 @@ class Cluster:
         self._init_slots(max(16, len(running)), n_res)
         self._init_entries(max(16, sum(len(a.placement) for a in running)), n_res)
         self.version = 0
+        self.state_version = 0  # bumped by state-only changes: only state-dependent caches rebuild
         self._cache: dict[Any, Any] = {}
         for a in running:
             self.add(a)
@@ -303,6 +304,20 @@ class Cluster:
         self.version += 1
         return alloc
 
+    def set_state(self, alloc_id: str, state: str) -> bool:
+        """Change a running entry's state in place (a victim starts leaving); returns False if absent.
+        Only caches that depend on states (the protections) are rebuilt afterwards."""
+        from dataclasses import replace
+
+        slot = self.slot_of.get(alloc_id)
+        alloc = self.objs[slot] if slot is not None else None
+        if slot is None or alloc is None:
+            return False
+        self.objs[slot] = replace(alloc, state=state)
+        self.a_running[slot] = state == "running"
+        self.state_version += 1
+        return True
+
     def set_node_state(self, name: str, state: str) -> None:
         from dataclasses import replace
 
@@ -312,13 +327,15 @@ class Cluster:
         self.version += 1
 
     # -- cached orderings ----------------------------------------------------------
-    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
-        """A value that depends only on the snapshot, rebuilt after any update."""
+    def cached(self, key: Any, build: Callable[[], Any], *, states: bool = False) -> Any:
+        """A value that depends only on the snapshot, rebuilt after any update (and, with
+        ``states``, after a state-only change too)."""
+        stamp = (self.version, self.state_version) if states else (self.version, None)
         hit = self._cache.get(key)
-        if hit is not None and hit[0] == self.version:
+        if hit is not None and hit[0] == stamp:
             return hit[1]
         value = build()
-        self._cache[key] = (self.version, value)
+        self._cache[key] = (stamp, value)
         return value
 
     @property

@@ -253,10 +253,10 @@ def _build(cluster: Cluster, policy: Policy, req: Allocation, gates: Gates, judg
     is_cost = policy.kind == "class_cost"
     if callable(judged_or):
         assert not victims, "victims are chosen from a judged snapshot"
-        snapshot_version = cluster.version
+        snapshot_version = (cluster.version, cluster.state_version)
 
         def candidates_later() -> tuple[Candidate, ...]:
-            if cluster.version != snapshot_version:
+            if (cluster.version, cluster.state_version) != snapshot_version:
                 raise RuntimeError("the snapshot changed since this decision; read candidates before updating it")
             judged = judged_or()
             return _candidates(cluster, judged, is_cost, set(), set())
@@ -287,15 +287,15 @@ def _build(cluster: Cluster, policy: Policy, req: Allocation, gates: Gates, judg
         else:
             trigger = KIND_REASON[policy.kind]
     chosen = set(victims)
-    version = cluster.version
+    version = (cluster.version, cluster.state_version)
 
     def candidates() -> tuple[Candidate, ...]:
-        if cluster.version != version:
+        if (cluster.version, cluster.state_version) != version:
             raise RuntimeError("the snapshot changed since this decision; read candidates before updating it")
         return _candidates(cluster, judged, is_cost, chosen, skipped)
 
     def summary(max_rows: int) -> tuple[tuple[Candidate, ...], dict[str, int]]:
-        if cluster.version != version:
+        if (cluster.version, cluster.state_version) != version:
             raise RuntimeError("the snapshot changed since this decision; read candidates before updating it")
         live = judged.codes >= 0
         if int(live.sum()) <= max_rows:

@@ -93,7 +93,7 @@ def _protections(cluster: Cluster, policy: Policy, now: float, sensitive_request
 
     key = ("protections", now, policy.near_completion_minutes, policy.min_runtime_minutes,
            policy.max_preemptions_per_job, sensitive_request)
-    result: IArr = cluster.cached(key, build)
+    result: IArr = cluster.cached(key, build, states=True)
     return result
 
 

@@ -1,0 +1,50 @@
+"""The snapshot's incremental updates give the same decisions as a fresh build."""
+
+from __future__ import annotations
+
+import copy
+
+from scheduling.engine import Cluster, decide, parse_scenario
+
+from .helpers import doc, node, run
+
+
+def _scenario():
+    return parse_scenario(copy.deepcopy(doc(
+        {"kind": "class_cost"}, [node("n1"), node("n2")],
+        [run("a", "n1", preemption_class=1, checkpoint="auto"), run("b", "n2", preemption_class=1,
+                                                                     checkpoint="manual")],
+        {"preemption_class": 5})))
+
+
+def _cluster(s):
+    return Cluster(s.nodes, s.running, s.tenants, s.vclusters, s.session_types, use_vclusters=s.has_vclusters)
+
+
+def test_state_change_in_place_matches_a_fresh_snapshot():
+    s = _scenario()
+    live = _cluster(s)
+    first = decide(live, s.policy, s.pending, s.now)
+    assert [v.id for v in first.victims] == ["a"]  # auto (5) is cheaper than manual (10)
+    assert live.set_state("a", "checkpointing")
+    again = decide(live, s.policy, s.pending, s.now)
+    from dataclasses import replace
+
+    fresh = _cluster(replace(s, running=tuple(replace(r, state="checkpointing") if r.id == "a" else r
+                                              for r in s.running)))
+    expected = decide(fresh, s.policy, s.pending, s.now)
+    assert again.to_dict() == expected.to_dict()
+    assert [v.id for v in again.victims] == ["b"]
+    assert {c.id: c.code for c in again.candidates}["a"] == "NOT_RUNNING"
+
+
+def test_remove_and_add_match_a_fresh_snapshot():
+    s = _scenario()
+    live = _cluster(s)
+    decide(live, s.policy, s.pending, s.now)  # warm the caches
+    gone = live.remove("a")
+    assert gone is not None
+    assert decide(live, s.policy, s.pending, s.now).outcome == "fits"
+    live.add(gone)
+    assert decide(live, s.policy, s.pending, s.now).to_dict() == decide(_cluster(s), s.policy, s.pending,
+                                                                        s.now).to_dict()
