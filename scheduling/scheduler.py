@@ -271,7 +271,7 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
     group = snap.group
     alloc = Allocation(pk=row["id"], tenant_id=row["tenant_id"], resource_group_id=group.pk)
     if decision.outcome == "fits":
-        placed = allocation_place(allocation=alloc, node_ids=snap.node_ids, nodes=list(decision.nodes),
+        allocation_place(allocation=alloc, node_ids=snap.node_ids, nodes=list(decision.nodes),
                                   borrowed=list(decision.borrowed), now=moment)
         snap.cluster.add(replace(req, state="running", started_at=moment.timestamp(), held_nodes=(),
                                  placement={n: dict(req.per_node) for n in decision.nodes}))
@@ -279,7 +279,6 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
             fresh = load_snapshot(group)
             snap.cluster, snap.node_ids = fresh.cluster, fresh.node_ids
         result.placed += 1
-        del placed
         return
     if decision.outcome == "wait":
         if _changed(row["id"], decision):

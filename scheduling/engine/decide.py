@@ -20,7 +20,10 @@ from .eligibility import CODES, Gates, Judged, judge
 from .explain import explain
 from .model import Allocation, Policy, Scenario
 from .placement import RequestView
-from .select import Selection, ordered_greedy, rank_takes, select_class_cost, select_priority
+from .select import Selection
+from .select_cost import select_class_cost
+from .select_priority import select_priority
+from .select_walk import ordered_greedy, rank_takes
 
 KIND_REASON = {"class_cost": "priority", "priority": "priority", "queue": "priority",
                "rank": "fair_share", "fair_share": "fair_share"}

@@ -26,8 +26,8 @@ def test_tenant_members_cannot_open_the_console(client, tenant_physics, resource
 
 def test_console_pages_render_for_operators(client, operator, resource_group, two_nodes, make_allocation,
                                             vcluster_hpc):
-    low = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
-                          vcluster=vcluster_hpc)
+    make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
+                    vcluster=vcluster_hpc)
     make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
                     vcluster=vcluster_hpc)
     schedule_pass(resource_group.pk)
@@ -40,7 +40,6 @@ def test_console_pages_render_for_operators(client, operator, resource_group, tw
     page = client.get(f"/ops/decisions/{decision.pk}/").content.decode()
     assert "PREEMPT" in page and "SELECTED" in page
     assert f"decision {decision.pk}" in client.get("/ops/").content.decode()
-    del low
 
 
 def test_policy_preview_changes_nothing_and_save_is_audited(client, operator, resource_group, two_nodes,

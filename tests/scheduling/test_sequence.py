@@ -198,10 +198,9 @@ def test_snapshot_loads_in_a_fixed_number_of_queries(resource_group, vcluster_hp
 
     nodes = [Node.objects.create(name=f"n{i}", resource_group=resource_group, vcluster=vcluster_hpc, gpu=8,
                                  state="ready") for i in range(20)]
-    for i, node in enumerate(nodes):
+    for node in nodes:
         alloc = _job(make_allocation, 1, vcluster=vcluster_hpc, state="running", started_at=timezone.now())
         Placement.objects.create(allocation=alloc, node=node, gpu=8)
-        del i
     with django_assert_num_queries(6):
         snap = load_snapshot(resource_group)
     assert len(snap.cluster.allocs) == 20

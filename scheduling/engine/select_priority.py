@@ -1,0 +1,219 @@
+"""priority: per node, every candidate off, then the most important given back; nodes by the node rule."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .cluster import EPS, BArr, Cluster, FArr, IArr
+from .placement import FitCounter, RequestView
+from .select import (
+    Selection,
+    _entry_mask,
+    feasible_with_all,
+    pool_entries,
+    potential_nodes,
+)
+
+
+def _importance_order(view: RequestView, start: FArr, newest: bool, now: float) -> IArr:
+    cluster = view.cluster
+    live = cluster.live_entries()
+
+    def build() -> IArr:
+        slots = cluster.e_alloc[live]
+        st = start[slots]
+        order = np.lexsort((cluster.id_rank()[slots], st if newest else -st, -cluster.a_prio[slots],
+                            cluster.e_node[live]))
+        result: IArr = live[order]
+        return result
+
+    result: IArr = cluster.cached(("importance", newest, now), build)
+    return result
+
+
+def _node_keys(view: RequestView, victim_ents: IArr, start: FArr, newest: bool) -> dict[str, FArr]:
+    cluster = view.cluster
+    n = len(cluster.node_names)
+    nodes = cluster.e_node[victim_ents]
+    slots = cluster.e_alloc[victim_ents]
+    prio = cluster.a_prio[slots].astype(float)
+    top = np.full(n, -1.0)
+    np.maximum.at(top, nodes, prio)
+    count = np.bincount(nodes, minlength=n).astype(float)
+    total = np.bincount(nodes, weights=prio, minlength=n)
+    at_top = prio == top[nodes]
+    earliest = np.full(n, np.inf)
+    np.minimum.at(earliest, nodes[at_top], start[slots[at_top]])
+    earliest[count == 0] = 0.0
+    return {"top": top, "count": count, "sum": total, "start": -earliest if newest else earliest}
+
+
+def _best_node(keys: dict[str, FArr], allowed: BArr) -> int | None:
+    cand = np.flatnonzero(allowed)
+    if not len(cand):
+        return None
+    for name in ("top", "count", "sum", "start"):
+        values = keys[name][cand]
+        cand = cand[values <= values.min() + EPS] if name == "start" else cand[values == values.min()]
+    return int(cand[0])
+
+
+def select_priority(view: RequestView, pool: BArr, start: FArr, bound: int | None, now: float,
+                    newest: bool) -> Selection:
+    cluster = view.cluster
+    ents = pool_entries(view, pool)
+    potential, freed = potential_nodes(view, ents)
+    if not len(ents) or not feasible_with_all(view, potential):
+        return Selection(None, "NO_FEASIBLE_SET")
+    order = _importance_order(view, start, newest, now)
+    ordered = order[_entry_mask(cluster, ents)[order] & potential[cluster.e_node[order]]]
+    victim_ents = _per_node_victims(view, ordered, freed)
+    keys = _node_keys(view, victim_ents, start, newest)
+    per_node = _NodeVictims(cluster, victim_ents)
+    if view.k == 1:
+        allowed = potential.copy()
+        if bound is not None:
+            allowed &= keys["count"] <= bound
+        node = _best_node(keys, allowed)
+        if node is None:
+            return Selection(None, "EXCEEDS_MAX_VICTIMS")
+        return Selection(sorted(per_node.get(node)))
+    best: tuple[tuple[float, ...], list[str], list[int]] | None = None
+    over_bound = False
+    for g in view.groups.tolist():
+        picked = _pick_nodes(view, g, potential, keys, per_node, ordered, start, newest)
+        if picked is None:
+            continue
+        chosen, victims = picked
+        if bound is not None and len(victims) > bound:
+            over_bound = True
+            continue
+        key = _set_key(cluster, victims, start, newest)
+        names = sorted(cluster.node_names[i] for i in chosen)
+        if best is None or (key, names) < (best[0], best[1]):
+            best = (key, names, victims)
+    if best is None:
+        return Selection(None, "EXCEEDS_MAX_VICTIMS" if over_bound else "NO_FEASIBLE_SET")
+    return Selection(sorted(best[2]))
+
+
+class _NodeVictims:
+    """Victim slots per node, read from entries grouped by node (no per-entry Python loop)."""
+
+    def __init__(self, cluster: Cluster, victim_ents: IArr) -> None:
+        self.nodes = cluster.e_node[victim_ents]
+        self.slots = cluster.e_alloc[victim_ents]
+
+    def get(self, node: int) -> list[int]:
+        lo, hi = np.searchsorted(self.nodes, [node, node + 1])
+        return [int(x) for x in self.slots[lo:hi]]
+
+
+def _per_node_victims(view: RequestView, ordered: IArr, freed: FArr) -> IArr:
+    """Every candidate off each node, then give back, most important first, what still fits."""
+    cluster = view.cluster
+    if not len(ordered):
+        return ordered
+    nodes = cluster.e_node[ordered]
+    first = np.r_[True, nodes[1:] != nodes[:-1]]
+    pos = np.arange(len(ordered))
+    rank_in = pos - np.maximum.accumulate(np.where(first, pos, 0))
+    idx = view.need_idx
+    remaining = view.free + freed
+    victim = np.zeros(len(ordered), dtype=bool)
+    for j in range(int(rank_in.max()) + 1):
+        sel = np.flatnonzero(rank_in == j)
+        nd = nodes[sel]
+        back = cluster.e_res[ordered[sel]]
+        if view.exclusive:
+            ok = np.zeros(len(sel), dtype=bool)
+        elif len(idx):
+            ok = np.all(remaining[nd][:, idx] - back[:, idx] + EPS >= view.need[idx], axis=1)
+        else:
+            ok = np.ones(len(sel), dtype=bool)
+        remaining[nd[ok]] -= back[ok]
+        victim[sel[~ok]] = True
+    result: IArr = ordered[victim]
+    return result
+
+
+def _set_key(cluster: Cluster, victims: list[int], start: FArr, newest: bool) -> tuple[float, ...]:
+    if not victims:
+        return (-1.0, 0.0, 0.0, 0.0)
+    prio = cluster.a_prio[victims]
+    top = int(prio.max())
+    earliest = float(start[[v for v in victims if cluster.a_prio[v] == top]].min())
+    return (float(top), float(len(victims)), float(prio.sum()), -earliest if newest else earliest)
+
+
+def _node_victims_after(view: RequestView, node: int, ordered: IArr, gone: set[int]) -> list[int] | None:
+    """The per-node procedure again, for a node some of whose candidates already left."""
+    cluster = view.cluster
+    fresh = [int(cluster.e_alloc[e]) for e in ordered[cluster.e_node[ordered] == node]
+             if int(cluster.e_alloc[e]) not in gone]
+    gone_here = [s for s in gone if any(cluster.e_node[e] == node for e in cluster.a_entries[s])]
+    if not view.qualifies(node, gone_here + fresh):
+        return None
+    victims = list(fresh)
+    for s in fresh:  # ``ordered`` is most important first
+        trial = [x for x in victims if x != s]
+        if view.qualifies(node, gone_here + trial):
+            victims = trial
+    return victims
+
+
+def _pick_nodes(view: RequestView, g: int, potential: BArr, keys: dict[str, FArr],
+                per_node: _NodeVictims, ordered: IArr, start: FArr,
+                newest: bool) -> tuple[list[int], list[int]] | None:
+    cluster = view.cluster
+    keys = {k: v.copy() for k, v in keys.items()}
+    free_nodes = view.base_ok | (view.kind == 2)
+    for name in ("top",):
+        keys[name][free_nodes] = -1.0
+    for name in ("count", "sum", "start"):
+        keys[name][free_nodes] = 0.0
+    allowed = (potential | free_nodes) & (view.group == g)
+    local: dict[int, list[int]] = {}
+    left = dict(view.lend_limit)
+    chosen: list[int] = []
+    gone: set[int] = set()
+    for _ in range(view.k):
+        node = _best_node(keys, allowed)
+        if node is None:
+            return None
+        allowed[node] = False
+        if view.kind[node] == 2:
+            lender = int(cluster.node_vc[node])
+            if left.get(lender, 0) <= 0:
+                continue
+            left[lender] -= 1
+        chosen.append(node)
+        here = local[node] if node in local else per_node.get(node)
+        new = [s for s in here if s not in gone] if not free_nodes[node] else []
+        gone.update(new)
+        affected = {int(cluster.e_node[e]) for s in new for e in cluster.a_entries[s]}
+        for other in affected:
+            if other in chosen or not allowed[other] or free_nodes[other]:
+                continue
+            victims = _node_victims_after(view, other, ordered, gone)
+            if victims is None:
+                allowed[other] = False
+                continue
+            local[other] = victims
+            k = _set_key(cluster, victims, start, newest)
+            keys["top"][other], keys["count"][other], keys["sum"][other], keys["start"][other] = k
+    if len(chosen) < view.k:
+        return None
+    # Give back, most important first, every victim no longer needed on any placement.
+    imp = sorted(gone, key=lambda s: (-int(cluster.a_prio[s]), float(start[s]) if newest else -float(start[s]),
+                                      int(cluster.id_rank()[s])))
+    counter = FitCounter(view, imp)
+    kept = []
+    for s in imp:
+        counter.remove(s)
+        if not counter.fits():
+            counter.add(s)
+            kept.append(s)
+    return chosen, sorted(kept)
+
+
