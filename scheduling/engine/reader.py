@@ -74,16 +74,24 @@ class _Reader:
             return _MISSING
         return value
 
-    def string(self, key: str, default: Any = None, *, required: bool = False,
-               nullable: bool = True, choices: tuple[str, ...] | None = None) -> Any:
+    def _value(self, key: str, default: Any, *, required: bool = False,
+               nullable: bool = True) -> tuple[bool, Any]:
+        """(True, value) to go on checking ``value``; (False, result) when missing or null decides it."""
         value = self._get(key, default, required)
         if value is _MISSING:
-            return default
+            return False, default
         if value is None:
             if not nullable:
                 self.errors.add(self._p(key), "may not be null")
-                return default
-            return None
+                return False, default
+            return False, None
+        return True, value
+
+    def string(self, key: str, default: Any = None, *, required: bool = False,
+               nullable: bool = True, choices: tuple[str, ...] | None = None) -> Any:
+        go, value = self._value(key, default, required=required, nullable=nullable)
+        if not go:
+            return value
         if not isinstance(value, str):
             self.errors.add(self._p(key), "must be a string")
             return default
@@ -103,14 +111,9 @@ class _Reader:
 
     def integer(self, key: str, default: Any, *, lo: int | None = None, hi: int | None = None,
                 nullable: bool = False, required: bool = False) -> Any:
-        value = self._get(key, default, required)
-        if value is _MISSING:
-            return default
-        if value is None:
-            if not nullable:
-                self.errors.add(self._p(key), "may not be null")
-                return default
-            return None
+        go, value = self._value(key, default, required=required, nullable=nullable)
+        if not go:
+            return value
         if isinstance(value, bool) or not isinstance(value, int):
             self.errors.add(self._p(key), "must be an integer")
             return default
@@ -121,14 +124,9 @@ class _Reader:
 
     def number(self, key: str, default: Any, *, lo: float | None = 0.0, hi: float | None = None,
                strict_lo: bool = False, nullable: bool = False) -> Any:
-        value = self._get(key, default, False)
-        if value is _MISSING:
-            return default
-        if value is None:
-            if not nullable:
-                self.errors.add(self._p(key), "may not be null")
-                return default
-            return None
+        go, value = self._value(key, default, nullable=nullable)
+        if not go:
+            return value
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             self.errors.add(self._p(key), "must be a number")
             return default
