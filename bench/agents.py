@@ -1,0 +1,184 @@
+"""Agent WebSocket benchmark: acknowledged frames per second, ack latency, server cost.
+
+    DATABASE_URL=postgres://.../lattice python bench/agents.py [--agents 2000] [--quick]
+
+Starts Daphne pinned to one core (the load generator is pinned to the other), on
+its own database (the URL's name + "_agents_bench"). Cases: N agents sending one
+heartbeat every 5 s (ack p99, heartbeat visible in the database); M agents at 4
+heartbeats per second (frames per second sustained, ack p99); every agent
+reconnecting after a server restart. In the same run, a trivial echo consumer on
+the same server gives the ceiling that frames per second are compared against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))] if ordered else float("nan")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def start_server(app: str, port: int, env: dict[str, str]) -> subprocess.Popen:
+    proc = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p",
+                             str(port), app], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    for _ in range(150):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.1)
+    raise SystemExit("the server did not start")
+
+
+async def agent(url: str, token: str, rate: float, seconds: float, lat: list[float], acks: list[int],
+                hello: bool = True) -> None:
+    import websockets
+
+    async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {token}"},
+                                  max_size=2**16, open_timeout=60) as ws:
+        sent: dict[str, float] = {}
+        if hello:
+            await ws.send(json.dumps({"type": "hello", "id": "h", "agent_version": "bench", "capacity": {},
+                                      "labels": {}, "running": []}))
+            while True:
+                if json.loads(await ws.recv()).get("type") == "ack":
+                    break
+
+        async def reader() -> None:
+            async for text in ws:
+                frame = json.loads(text)
+                t0 = sent.pop(frame.get("id", ""), None)
+                if t0 is not None:
+                    lat.append(time.perf_counter() - t0)
+                    acks[0] += 1
+
+        task = asyncio.create_task(reader())
+        end = time.perf_counter() + seconds
+        await asyncio.sleep(1 / rate * (hash(token) % 1000) / 1000)  # spread the agents out
+        while time.perf_counter() < end:
+            frame_id = uuid.uuid4().hex
+            sent[frame_id] = time.perf_counter()
+            await ws.send(json.dumps({"type": "heartbeat", "id": frame_id, "seq": time.time_ns() // 1000,
+                                      "running": []}))
+            await asyncio.sleep(1 / rate)
+        await asyncio.sleep(1.0)
+        task.cancel()
+
+
+async def run_load(url: str, tokens: list[str], rate: float, seconds: float, hello: bool = True
+                   ) -> tuple[float, float, float, int]:
+    lat: list[float] = []
+    acks = [0]
+    start = time.perf_counter()
+    await asyncio.gather(*(agent(url, t, rate, seconds, lat, acks, hello) for t in tokens),
+                         return_exceptions=True)
+    elapsed = time.perf_counter() - start
+    return acks[0] / elapsed, pct(lat, 0.5), pct(lat, 0.99), acks[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--agents", type=int, default=2000)
+    parser.add_argument("--fast-agents", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.agents, args.fast_agents, args.seconds = 300, 150, 10
+    os.sched_setaffinity(0, {1})
+
+    from bench.scheduler import bench_database
+
+    os.environ["DATABASE_URL"] = os.environ.get("DATABASE_URL", "")
+    url = bench_database().replace("_bench", "_agents_bench")
+    import psycopg
+
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "lattice_site.settings.dev",
+           "ALLOWED_HOSTS": "127.0.0.1", "LOG_LEVEL": "ERROR"}
+    env.pop("REDIS_URL", None)
+    os.environ.update({"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "lattice_site.settings.dev"})
+    os.environ.pop("REDIS_URL", None)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from nodes.actions import agent_token_issue
+    from nodes.models import Node
+    from scheduling.models import ResourceGroup
+
+    group = ResourceGroup.objects.create(name="bench", policy={"kind": "class_cost"})
+    count = max(args.agents, args.fast_agents)
+    nodes = Node.objects.bulk_create([Node(name=f"a{i:05d}", resource_group=group, gpu=8, state="ready")
+                                      for i in range(count)])
+    tokens = [agent_token_issue(node=n) for n in nodes]
+    print(f"{count:,} nodes with agent tokens")
+
+    port = free_port()
+    ws_url = f"ws://127.0.0.1:{port}/ws/agent/"
+    echo = start_server("bench.echo_asgi:application", port, env)
+    # Saturating: every connection sends as fast as the server answers (the true ceiling).
+    rate_echo, _, p99_echo, _ = asyncio.run(run_load(ws_url, tokens[: args.fast_agents], 1000, args.seconds,
+                                                     hello=False))
+    echo.terminate()
+    echo.wait()
+    print(f"echo ceiling: {rate_echo:,.0f} frames/s ({args.fast_agents} connections, saturating)")
+
+    server = start_server("lattice_site.asgi:application", port, env)
+    base_rss = rss_mb(server.pid)
+    cpu0 = cpu_seconds(server.pid)
+    rate, p50, p99, n = asyncio.run(run_load(ws_url, tokens[: args.agents], 0.2, args.seconds))
+    cpu = cpu_seconds(server.pid) - cpu0
+    print(f"{args.agents:,} agents at 1 heartbeat/5 s: {rate:,.0f} acks/s, ack p50 {p50 * 1e3:.1f} ms, "
+          f"p99 {p99 * 1e3:.1f} ms (goal 25 ms); server CPU {cpu / max(n, 1) * 1e3:.2f} ms/frame; "
+          f"memory {(rss_mb(server.pid) - base_rss) * 1024 / args.agents:.0f} KiB/connection")
+    cpu0 = cpu_seconds(server.pid)
+    rate, p50, p99, n = asyncio.run(run_load(ws_url, tokens[: args.fast_agents], 4, args.seconds))
+    cpu = cpu_seconds(server.pid) - cpu0
+    print(f"{args.fast_agents:,} agents at 4 heartbeats/s: {rate:,.0f} frames/s (goal 4,000; "
+          f"{rate / rate_echo:.2f}x echo, goal 0.5), ack p99 {p99 * 1e3:.1f} ms (goal 100 ms), "
+          f"server CPU {cpu / max(n, 1) * 1e3:.2f} ms/frame")
+    server.terminate()
+    server.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,19 @@
+"""A trivial Channels consumer that echoes each frame: the ceiling bench/agents.py compares against."""
+
+import os
+
+import django
+from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.routing import ProtocolTypeRouter, URLRouter
+from django.urls import path
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lattice_site.settings.dev")
+django.setup()
+
+
+class Echo(AsyncWebsocketConsumer):
+    async def receive(self, text_data=None, bytes_data=None):
+        await self.send(text_data=text_data)
+
+
+application = ProtocolTypeRouter({"websocket": URLRouter([path("ws/agent/", Echo.as_asgi())])})
