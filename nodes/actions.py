@@ -103,13 +103,11 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
 
 
 def node_heartbeat(*, node: Node, frame: Heartbeat, now: datetime | None = None) -> None:
-    moment = now or timezone.now()
-    updated = Node.objects.filter(pk=node.pk, last_seq__lt=frame.seq).update(
-        last_seq=frame.seq, last_heartbeat_at=moment)
-    if not updated:
+    """One heartbeat, through the same batch writer the consumer uses."""
+    from nodes.heartbeats import persist
+
+    if not persist([(node.pk, frame.seq)], now or timezone.now())[0]:
         raise FrameRefused("STALE_SEQUENCE", f"seq {frame.seq} is not greater than the last accepted one")
-    Node.objects.filter(pk=node.pk, state__in=[NodeState.DEGRADED, NodeState.UNKNOWN]).update(
-        state=NodeState.READY)
 
 
 def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) -> bool:

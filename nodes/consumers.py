@@ -17,6 +17,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from nodes import actions
+from nodes.heartbeats import batcher
 from nodes.models import Node
 from nodes.protocol import BadFrame, Heartbeat, Hello, parse
 from scheduling.dispatch import agent_group
@@ -60,6 +61,13 @@ class AgentConsumer(AsyncWebsocketConsumer):
             frame = parse(text_data if text_data is not None else (bytes_data or b""))
         except BadFrame as exc:
             await self._send({"type": "error", "id": exc.frame_id, "code": "BAD_FRAME", "message": str(exc)})
+            return
+        if isinstance(frame, Heartbeat):  # persisted in batches, acknowledged after their commit
+            if await batcher().submit(self.node.pk, frame.seq):
+                await self._send({"type": "ack", "id": frame.id})
+            else:
+                await self._send({"type": "error", "id": frame.id, "code": "STALE_SEQUENCE",
+                                  "message": f"seq {frame.seq} is not greater than the last accepted one"})
             return
         try:
             replies = await database_sync_to_async(self._apply)(frame)

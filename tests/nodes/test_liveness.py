@@ -65,3 +65,16 @@ def test_operators_drain_undrain_and_issue_tokens_others_cannot(client, operator
     assert agent_authenticate(token) == Node.objects.get(name="gpu-a")
     again = client.post("/api/v1/nodes/gpu-a/agent-token/").json()["token"]
     assert agent_authenticate(token) is None and agent_authenticate(again) is not None
+
+
+def test_batched_heartbeats_are_judged_in_arrival_order(node_gpu_a, resource_group):
+    from nodes.heartbeats import persist
+
+    other = Node.objects.create(name="gpu-b", resource_group=resource_group, gpu=8, state="degraded")
+    now = timezone.now()
+    batch = [(node_gpu_a.pk, 5), (other.pk, 3), (node_gpu_a.pk, 5), (node_gpu_a.pk, 4), (node_gpu_a.pk, 9)]
+    assert persist(batch, now) == [True, True, False, False, True]
+    node_gpu_a.refresh_from_db()
+    other.refresh_from_db()
+    assert (node_gpu_a.last_seq, other.last_seq, other.state) == (9, 3, "ready")
+    assert persist([(other.pk, 3)], now) == [False]
