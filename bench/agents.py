@@ -182,7 +182,7 @@ def main() -> None:
     port = free_port()
     ws_url = f"ws://127.0.0.1:{port}/ws/agent/"
     echo = start_server("bench.echo_asgi:application", port, env)
-    try:  # saturating: every connection sends as fast as the server answers (the true ceiling)
+    try:  # closed loop: each connection sends its next frame when the previous one is echoed
         rate_echo = asyncio.run(echo_ceiling(ws_url, args.fast_agents, args.seconds))
     finally:
         echo.terminate()
