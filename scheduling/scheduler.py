@@ -26,7 +26,13 @@ from scheduling.dispatch import event_on_commit
 from scheduling.engine import Decision, decide
 from scheduling.engine import model as em
 from scheduling.errors import DomainError
-from scheduling.models import Allocation, Placement, PreemptionDecision, ResourceGroup
+from scheduling.models import (
+    Allocation,
+    DecisionAudience,
+    Placement,
+    PreemptionDecision,
+    ResourceGroup,
+)
 from scheduling.models.records import Execution
 from scheduling.snapshot import ALLOCATION_FIELDS, Snapshot, engine_allocation, load_snapshot
 from scheduling.states import State
@@ -282,12 +288,12 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
         return
     if decision.outcome == "wait":
         if _changed(row["id"], decision):
-            record_decision(group, row["id"], decision, snap, moment, latency, Execution.RECORDED)
+            record_decision(group, row["id"], row["tenant_id"], decision, snap, moment, latency, Execution.RECORDED)
         result.waiting += 1
         return
     shadow = group.shadow
     with transaction.atomic():
-        record = record_decision(group, row["id"], decision, snap, moment, latency,
+        record = record_decision(group, row["id"], row["tenant_id"], decision, snap, moment, latency,
                                  Execution.SHADOW if shadow else Execution.EXECUTED)
         if not shadow:
             for v in decision.victims:
@@ -320,8 +326,8 @@ def _changed(alloc_id: int, decision: Decision) -> bool:
     return last != decision.code
 
 
-def record_decision(group: ResourceGroup, alloc_id: int, decision: Decision, snap: Snapshot, moment: datetime,
-                    latency: float, outcome: str) -> PreemptionDecision:
+def record_decision(group: ResourceGroup, alloc_id: int, tenant_id: int, decision: Decision, snap: Snapshot,
+                    moment: datetime, latency: float, outcome: str) -> PreemptionDecision:
     rows, others = decision.summary(STORED_CANDIDATES)
     candidates: list[dict] = [c.to_dict() for c in rows]
     if others:
@@ -333,6 +339,10 @@ def record_decision(group: ResourceGroup, alloc_id: int, decision: Decision, sna
         candidates=candidates, explanation=decision.explanation,
         policy_snapshot={**(group.policy or {}), "paused": group.paused, "shadow": group.shadow},
         outcome=outcome, latency_ms=latency)
-    if decision.victims:
-        record.victim_allocations.set([int(v.id) for v in decision.victims])
+    victim_ids = [int(v.id) for v in decision.victims]
+    readers = {tenant_id}
+    if victim_ids:
+        record.victim_allocations.set(victim_ids)
+        readers |= set(Allocation.objects.filter(pk__in=victim_ids).values_list("tenant_id", flat=True))
+    DecisionAudience.objects.bulk_create([DecisionAudience(tenant_id=t, decision=record) for t in sorted(readers)])
     return record

@@ -28,6 +28,13 @@ class NewestFirst(CursorPagination):
     page_size = 50
 
 
+class OldestFirst(CursorPagination):
+    """History reads forward: the first page is the submission."""
+
+    ordering = "id"
+    page_size = 100
+
+
 class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = AllocationOutput
     pagination_class = NewestFirst
@@ -58,9 +65,12 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         return Response(AllocationOutput(allocations_visible(request.user).get(pk=alloc.pk)).data)
 
     @extend_schema(responses={200: EventOutput(many=True)})
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=OldestFirst)
     def events(self, request: Request, pk: str | None = None) -> Response:
-        return Response(EventOutput(events_of(self.get_object()), many=True).data)
+        """The allocation's history, oldest first, a cursor per page."""
+        page = self.paginate_queryset(events_of(self.get_object()).order_by("id"))
+        assert page is not None
+        return self.get_paginated_response(EventOutput(page, many=True).data)
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])

@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from scheduling.api.serializers import DecisionOutput
-from scheduling.selectors import decisions_visible, redact_decision
+from scheduling.selectors import decisions_visible, redact_decision, tenant_ids
 
 
 class NewestFirst(CursorPagination):
@@ -30,9 +30,12 @@ class PreemptionViewSet(viewsets.ReadOnlyModelViewSet):
         return qs
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        page = self.paginate_queryset(self.get_queryset())
+        """Newest first, a cursor per page; each record without its candidates (see the detail)."""
+        page = self.paginate_queryset(self.get_queryset().defer("candidates", "policy_snapshot"))
         assert page is not None
-        return self.get_paginated_response([redact_decision(d, request.user) for d in page])
+        mine = set(tenant_ids(request.user))
+        return self.get_paginated_response([redact_decision(d, request.user, full=False, mine=mine)
+                                            for d in page])
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return Response(redact_decision(self.get_object(), request.user))

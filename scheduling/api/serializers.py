@@ -146,5 +146,6 @@ class DecisionOutput(serializers.Serializer):
     execution = serializers.CharField()
     preemptor = serializers.JSONField()
     victims = serializers.ListField(child=serializers.DictField())
-    candidates = serializers.ListField(child=serializers.DictField())
+    candidates = serializers.ListField(child=serializers.DictField(), required=False,
+                                       help_text="Detail only: lists leave candidates out.")
     explanation = serializers.CharField()

@@ -40,12 +40,29 @@ class PreemptionDecision(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
-            models.Index(fields=["resource_group", "-created_at"], name="decision_rg_time_idx"),
+            models.Index(fields=["resource_group", "-id"], name="decision_rg_id_idx"),
             models.Index(fields=["preemptor", "-created_at"], name="decision_preemptor_idx"),
         ]
 
     def __str__(self) -> str:
         return f"decision {self.pk}: {self.result} {self.code}"
+
+
+class DecisionAudience(models.Model):
+    """A tenant that may read a decision: its preemptor's tenant and every victim's.
+
+    The index behind a tenant's decision list: (tenant, decision) walked newest
+    first, so a page costs the same with a thousand records or a million.
+    """
+
+    tenant = models.ForeignKey("scheduling.Tenant", on_delete=models.CASCADE, related_name="+")
+    decision = models.ForeignKey(PreemptionDecision, on_delete=models.CASCADE, related_name="audience")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "decision"], name="decision_audience_unique")]
+
+    def __str__(self) -> str:
+        return f"tenant {self.tenant_id} reads decision {self.decision_id}"
 
 
 class PolicyChange(models.Model):
@@ -64,7 +81,8 @@ class PolicyChange(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["target_type", "target_id"], name="policychange_target_idx")]
+        indexes = [models.Index(fields=["target_type", "target_id"], name="policychange_target_idx"),
+                   models.Index(fields=["action", "-id"], name="policychange_action_idx")]
 
     def __str__(self) -> str:
         return f"{self.action} {self.target_type} {self.target_repr}"

@@ -36,9 +36,9 @@
     var ws = new WebSocket(scheme + location.host + "/ws/live/");
     ws.onopen = function () { document.body.dataset.live = "on"; };
     ws.onmessage = function (m) {
-      var ev = JSON.parse(m.data);
-      if (ev.kind === "hello") return;
-      queue.push(ev);
+      var frame = JSON.parse(m.data);  // {"kind": "events", "events": [...]}, coalesced by the server
+      if (frame.kind !== "events") return;
+      Array.prototype.push.apply(queue, frame.events);
       if (!timer) timer = window.requestAnimationFrame(flush);
     };
     ws.onclose = function () {

@@ -1,0 +1,102 @@
+"""Decision records through the API: who reads which, redaction, lists without candidates, cursors."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from scheduling.models import Allocation, DecisionAudience, PreemptionDecision
+from scheduling.scheduler import schedule_pass
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def cross_tenant_preemption(resource_group, vcluster_hpc, node_gpu_a, tenant_physics, tenant_chemistry):
+    """alice's (physics) class-2 job runs on the only node; bob's (chemistry) class-7 job preempts it."""
+    def job(tenant, klass):
+        return Allocation.objects.create(
+            resource_group=resource_group, vcluster=vcluster_hpc, tenant=tenant,
+            user=tenant.memberships.first().user, submitted_at=timezone.now(), state="pending",
+            node_count=1, per_node_gpu=8, preemption_class=klass, checkpoint="auto")
+
+    low = job(tenant_physics, 2)
+    schedule_pass(resource_group.pk)
+    high = job(tenant_chemistry, 7)
+    schedule_pass(resource_group.pk)
+    return low, high, PreemptionDecision.objects.get(preemptor=high, result="preempt")
+
+
+def test_the_preemptors_and_the_victims_tenants_are_the_audience(cross_tenant_preemption, tenant_physics,
+                                                                  tenant_chemistry):
+    _, _, decision = cross_tenant_preemption
+    readers = set(DecisionAudience.objects.filter(decision=decision).values_list("tenant_id", flat=True))
+    assert readers == {tenant_physics.pk, tenant_chemistry.pk}
+
+
+def test_victims_tenant_reads_it_redacted_and_a_stranger_not_at_all(cross_tenant_preemption, api_for,
+                                                                     django_user_model, tenant_physics):
+    from scheduling.models import Membership, Quota, Tenant
+
+    low, high, decision = cross_tenant_preemption
+    alice = api_for("alice")
+    listed = alice.get("/api/v1/preemptions/").json()["results"]
+    assert [d["id"] for d in listed] == [decision.pk]
+    assert listed[0]["preemptor"] == "a class-7 allocation of another tenant"
+    assert "candidates" not in listed[0] and "policy" not in listed[0]
+    detail = alice.get(f"/api/v1/preemptions/{decision.pk}/").json()
+    assert detail["victims"][0]["id"] == str(low.pk)
+    assert str(high.pk) not in {c.get("id") for c in detail["candidates"]}
+
+    stranger = Tenant.objects.create(name="biology")
+    Quota.objects.create(tenant=stranger, max_nodes=1, max_gpus=8, max_concurrent_allocations=1, fair_share=0.1)
+    carol = django_user_model.objects.create_user("carol", password="pw-carol-123")
+    Membership.objects.create(user=carol, tenant=stranger)
+    client = api_for("carol")
+    assert client.get("/api/v1/preemptions/").json()["results"] == []
+    assert client.get(f"/api/v1/preemptions/{decision.pk}/").status_code == 404
+
+
+def test_member_of_two_tenants_sees_each_decision_once(cross_tenant_preemption, api_for, django_user_model,
+                                                      tenant_physics, tenant_chemistry):
+    from scheduling.models import Membership
+
+    _, _, decision = cross_tenant_preemption
+    both = django_user_model.objects.create_user("dana", password="pw-dana-123")
+    Membership.objects.create(user=both, tenant=tenant_physics)
+    Membership.objects.create(user=both, tenant=tenant_chemistry)
+    ids = [d["id"] for d in api_for("dana").get("/api/v1/preemptions/").json()["results"]]
+    assert ids.count(decision.pk) == 1
+
+
+def test_decision_list_walks_pages_by_cursor_in_fixed_queries(resource_group, tenant_physics, api_for,
+                                                              django_assert_max_num_queries):
+    now = timezone.now()
+    records = PreemptionDecision.objects.bulk_create([
+        PreemptionDecision(resource_group=resource_group, decided_for=now, result="wait", code="NO_CAPACITY",
+                           explanation=f"record {i}", candidates=[{"id": str(i)}] * 50) for i in range(120)])
+    DecisionAudience.objects.bulk_create([DecisionAudience(tenant=tenant_physics, decision=r) for r in records])
+    client = api_for("alice")
+    seen: list[int] = []
+    url = "/api/v1/preemptions/"
+    while url:
+        with django_assert_max_num_queries(6):
+            body = client.get(url).json()
+        seen += [d["id"] for d in body["results"]]
+        url = body["next"]
+    assert seen == sorted((r.pk for r in records), reverse=True)
+
+
+def test_allocation_history_is_paged_oldest_first(api_for, make_allocation):
+    from scheduling.models import AllocationEvent
+
+    alloc = make_allocation(state="pending", node_count=1, per_node_gpu=8)
+    AllocationEvent.objects.bulk_create([AllocationEvent(allocation=alloc, from_state="pending",
+                                                         to_state="pending", reason=f"step {i}")
+                                         for i in range(150)])
+    client = api_for("alice")
+    first = client.get(f"/api/v1/allocations/{alloc.pk}/events/").json()
+    second = client.get(first["next"]).json()
+    reasons = [e["reason"] for e in first["results"] + second["results"]]
+    assert reasons[-150:] == [f"step {i}" for i in range(150)]
+    assert second["next"] is None
