@@ -1,30 +1,37 @@
 """ASGI entry point: HTTP through Django, WebSockets through Channels routing."""
 
+import gc
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lattice_site.settings.dev")
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from lattice_site.http import BufferedWsgiHttp  # noqa: E402
 from lattice_site.routing import agent_urlpatterns, browser_urlpatterns  # noqa: E402
 
+http_app: object = BufferedWsgiHttp()  # one thread hop per request (see lattice_site/http.py)
 if settings.DEBUG:
     # Development only; in production a reverse proxy serves collected static files.
-    django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
+    http_app = ASGIStaticFilesHandler(http_app)
 
 if os.environ.get("LATTICE_EMBEDDED_LOOP") == "1" and not settings.REDIS_URL:
     from lattice_site import embedded
 
     embedded.start()
 
+# Everything loaded so far lives as long as the process: keep it out of the
+# collector's sweeps, which otherwise stall requests for milliseconds at random.
+gc.freeze()
+
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": http_app,
         "websocket": URLRouter([*agent_urlpatterns, *browser_urlpatterns]),
     }
 )

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 
 from scheduling.api.permissions import is_operator
 from scheduling.models import Allocation, AllocationEvent, DecisionAudience, PreemptionDecision
 
 
 def tenant_ids(user: Any) -> list[int]:
-    return list(user.memberships.values_list("tenant_id", flat=True)) if user.is_authenticated else []
+    """The tenants ``user`` is a member of, read once per request (cached on the user object)."""
+    if not user.is_authenticated:
+        return []
+    cached = getattr(user, "_lattice_tenant_ids", None)
+    if cached is None:
+        cached = list(user.memberships.values_list("tenant_id", flat=True))
+        user._lattice_tenant_ids = cached
+    return list(cached)
 
 
 def allocations_visible(user: Any) -> QuerySet[Allocation]:
@@ -32,8 +39,7 @@ def decisions_visible(user: Any) -> QuerySet[PreemptionDecision]:
     One tenant (the usual case) is a join on the (tenant, decision) index, which
     the database walks newest first; several tenants a semi-join, so no row repeats.
     """
-    qs = PreemptionDecision.objects.select_related("preemptor", "resource_group").prefetch_related(
-        Prefetch("victim_allocations", queryset=Allocation.objects.only("id", "tenant_id")))
+    qs = PreemptionDecision.objects.select_related("preemptor", "resource_group")
     if is_operator(user):
         return qs
     mine = tenant_ids(user)
@@ -42,53 +48,76 @@ def decisions_visible(user: Any) -> QuerySet[PreemptionDecision]:
     return qs.filter(pk__in=DecisionAudience.objects.filter(tenant_id__in=mine).values("decision_id"))
 
 
-def redact_decision(record: PreemptionDecision, user: Any, full: bool = True,
-                    mine: set[int] | None = None) -> dict[str, Any]:
-    """A decision record as ``user`` may read it: other tenants' work is named only by class.
+# What a list shows of a decision: no candidates or policy (a record can hold thousands of candidates).
+LIST_FIELDS = ("id", "resource_group__name", "created_at", "decided_for", "result", "code", "trigger", "nodes",
+               "borrowed", "outcome", "victims", "explanation", "preemptor_id", "preemptor__tenant_id",
+               "preemptor__preemption_class")
 
-    ``full=False`` is the list form: no candidates or policy (a record can hold
-    thousands of candidates; lists defer both columns) and no query beyond
-    prefetches when the caller passes the reader's tenants as ``mine``.
-    """
-    body: dict[str, Any] = {
-        "id": record.pk, "resource_group": record.resource_group.name, "created_at": record.created_at,
-        "decided_for": record.decided_for, "outcome": record.result, "code": record.code,
-        "trigger": record.trigger or None, "nodes": record.nodes, "borrowed": record.borrowed,
-        "execution": record.outcome,
-    }
+
+def victim_tenants(decision_ids: list[int]) -> dict[int, dict[int, int]]:
+    """For each decision, its victims' tenants (victim id -> tenant id), in one query."""
+    through = PreemptionDecision.victim_allocations.through
+    out: dict[int, dict[int, int]] = {}
+    for decision_id, alloc_id, tenant_id in through.objects.filter(preemptiondecision_id__in=decision_ids) \
+            .values_list("preemptiondecision_id", "allocation_id", "allocation__tenant_id"):
+        out.setdefault(decision_id, {})[alloc_id] = tenant_id
+    return out
+
+
+def redact_rows(rows: list[dict[str, Any]], user: Any) -> list[dict[str, Any]]:
+    """Rows of ``LIST_FIELDS`` as ``user`` may read them, with one query for victims' tenants."""
     if is_operator(user):
-        body.update(preemptor=record.preemptor_id, victims=record.victims, explanation=record.explanation)
-        if full:
-            body.update(candidates=record.candidates, policy=record.policy_snapshot)
-        return body
+        return [_redact(row, {}, None) for row in rows]
+    mine = set(tenant_ids(user))
+    victims = victim_tenants([row["id"] for row in rows])
+    return [_redact(row, victims.get(row["id"], {}), mine) for row in rows]
+
+
+def _redact(row: dict[str, Any], victim_tenant: dict[int, int], mine: set[int] | None) -> dict[str, Any]:
+    """The readable form of one decision; ``mine`` None means an operator (everything, unredacted)."""
+    body: dict[str, Any] = {
+        "id": row["id"], "resource_group": row["resource_group__name"], "created_at": row["created_at"],
+        "decided_for": row["decided_for"], "outcome": row["result"], "code": row["code"],
+        "trigger": row["trigger"] or None, "nodes": row["nodes"], "borrowed": row["borrowed"],
+        "execution": row["outcome"],
+    }
     if mine is None:
-        mine = set(tenant_ids(user))
-    preemptor = record.preemptor
-    own_preemptor = preemptor is not None and preemptor.tenant_id in mine
-    victim_tenants = {a.pk: a.tenant_id for a in record.victim_allocations.all()}
-    victims = []
-    for v in record.victims:
-        if victim_tenants.get(int(v["id"])) in mine:
-            victims.append(v)
-        else:
-            victims.append({"id": None, "tenant": "another tenant", "reason": v["reason"], "action": v["action"]})
-    if own_preemptor:
-        body.update(preemptor=record.preemptor_id, explanation=record.explanation)
+        return {**body, "preemptor": row["preemptor_id"], "victims": row["victims"],
+                "explanation": row["explanation"]}
+    if row["preemptor__tenant_id"] in mine:
+        body.update(preemptor=row["preemptor_id"], explanation=row["explanation"])
     else:
-        klass = preemptor.preemption_class if preemptor is not None else "?"
-        text = f"a class-{klass} allocation of another tenant"
+        klass = row["preemptor__preemption_class"]
+        text = f"a class-{'?' if klass is None else klass} allocation of another tenant"
         body.update(preemptor=text, explanation=(f"Preempted to make room for {text} (reason: "
-                                                 f"{record.trigger or 'priority'}); its nodes: "
-                                                 f"{', '.join(record.nodes)}."))
-    body["victims"] = victims
-    if not full:
-        return body
-    own_ids = {str(i) for i, t in victim_tenants.items() if t in mine}
-    if own_preemptor:
+                                                 f"{row['trigger'] or 'priority'}); its nodes: "
+                                                 f"{', '.join(row['nodes'])}."))
+    body["victims"] = [v if victim_tenant.get(int(v["id"])) in mine else
+                       {"id": None, "tenant": "another tenant", "reason": v["reason"], "action": v["action"]}
+                       for v in row["victims"]]
+    return body
+
+
+def redact_decision(record: PreemptionDecision, user: Any) -> dict[str, Any]:
+    """One decision record in full as ``user`` may read it: other tenants' work is named only by
+    class; candidates only the reader's own (others counted), the policy only for operators."""
+    preemptor = record.preemptor
+    row = {f: getattr(record, f) for f in ("id", "created_at", "decided_for", "result", "code", "trigger",
+                                           "nodes", "borrowed", "outcome", "victims", "explanation",
+                                           "preemptor_id")}
+    row.update(resource_group__name=record.resource_group.name,
+               preemptor__tenant_id=preemptor.tenant_id if preemptor else None,
+               preemptor__preemption_class=preemptor.preemption_class if preemptor else None)
+    if is_operator(user):
+        return {**_redact(row, {}, None), "candidates": record.candidates, "policy": record.policy_snapshot}
+    mine = set(tenant_ids(user))
+    victims = victim_tenants([record.pk]).get(record.pk, {})
+    body = _redact(row, victims, mine)
+    own_ids = {str(i) for i, t in victims.items() if t in mine}
+    if row["preemptor__tenant_id"] in mine:
         own_ids |= set(map(str, Allocation.objects.filter(
             tenant_id__in=mine, pk__in=[int(c["id"]) for c in record.candidates if "id" in c]
         ).values_list("pk", flat=True)))
     candidates = [c for c in record.candidates if c.get("id") in own_ids]
     hidden = len([c for c in record.candidates if "id" in c]) - len(candidates)
-    body.update(candidates=candidates, other_candidates=hidden)
-    return body
+    return {**body, "candidates": candidates, "other_candidates": hidden}

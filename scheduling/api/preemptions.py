@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from scheduling.api.serializers import DecisionOutput
-from scheduling.selectors import decisions_visible, redact_decision, tenant_ids
+from scheduling.selectors import LIST_FIELDS, decisions_visible, redact_decision, redact_rows
 
 
 class NewestFirst(CursorPagination):
@@ -31,11 +31,9 @@ class PreemptionViewSet(viewsets.ReadOnlyModelViewSet):
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Newest first, a cursor per page; each record without its candidates (see the detail)."""
-        page = self.paginate_queryset(self.get_queryset().defer("candidates", "policy_snapshot"))
+        page = self.paginate_queryset(self.get_queryset().values(*LIST_FIELDS))
         assert page is not None
-        mine = set(tenant_ids(request.user))
-        return self.get_paginated_response([redact_decision(d, request.user, full=False, mine=mine)
-                                            for d in page])
+        return self.get_paginated_response(redact_rows(page, request.user))
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return Response(redact_decision(self.get_object(), request.user))

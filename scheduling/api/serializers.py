@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from scheduling.actions.admission import tenant_for
@@ -120,6 +122,33 @@ class AllocationOutput(serializers.ModelSerializer):
                   "preempted_count", "resume_from_checkpoint", "protected_until", "submitted_at", "started_at",
                   "ended_at", "exit_code"]
         read_only_fields = fields
+
+    RELATED = {"tenant": "name", "user": "username", "resource_group": "name", "vcluster": "name",
+               "session_type": "name"}
+
+    def to_representation(self, instance: Allocation) -> dict[str, Any]:
+        """The declared fields, written out by hand: for a page of 50 allocations the generic field
+        machinery cost more than the query. A test holds this equal to the generic output."""
+        out: dict[str, Any] = {}
+        for name in self.Meta.fields:
+            if name in self.RELATED:
+                related = getattr(instance, name)
+                out[name] = getattr(related, self.RELATED[name]) if related is not None else None
+            elif name == "nodes":
+                out[name] = instance.node_count
+            else:
+                value = getattr(instance, name)
+                out[name] = _iso(value) if isinstance(value, datetime) else value
+        return out
+
+    def generic_representation(self, instance: Allocation) -> dict[str, Any]:
+        return dict(super().to_representation(instance))
+
+
+def _iso(value: datetime) -> str:
+    """As DRF's DateTimeField writes it: in the current time zone, UTC as 'Z'."""
+    text = timezone.localtime(value).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 class EventOutput(serializers.ModelSerializer):

@@ -148,3 +148,18 @@ def test_schema_is_served(client, operator):
     response = client.get("/api/schema/")
     assert response.status_code == 200
     assert b"/api/v1/allocations/what-if/" in response.content
+
+
+def test_hand_written_allocation_output_equals_the_generic_one(tenant_physics, two_nodes, resource_group,
+                                                              make_allocation, vcluster_hpc):
+    from django.utils import timezone
+
+    from scheduling.api.serializers import AllocationOutput
+
+    running = make_allocation(state="running", node_count=2, per_node_gpu=4, vcluster=vcluster_hpc,
+                              started_at=timezone.now(), protected_until=timezone.now(), env={"A": "1"},
+                              command=["python", "train.py"], value=2.5, constraints={"labels": {"s": "1"}})
+    pending = make_allocation(state="pending")
+    for alloc in Allocation.objects.filter(pk__in=[running.pk, pending.pk]):
+        out = AllocationOutput(alloc)
+        assert out.data == out.generic_representation(alloc)

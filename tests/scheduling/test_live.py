@@ -102,7 +102,7 @@ def test_a_burst_is_coalesced_into_few_frames_in_order(client, operator):
 
     frames, order = async_to_sync(scenario)()
     assert order == list(range(40))
-    assert frames <= 4, f"40 events took {frames} frames"
+    assert frames <= 10, f"40 events took {frames} frames"  # one per 25 ms at most, not one per event
 
 
 def test_events_go_only_to_groups_someone_watches(db):
