@@ -110,10 +110,10 @@ def fill_decisions(url: str, start: int, stop: int) -> None:
                         FROM generate_series(1, 40) k),
                        'Waiting: no node has the capacity the request needs.', '{{"kind": "class_cost"}}'::jsonb,
                        CASE WHEN i % 3 = 0 THEN 'executed' ELSE 'recorded' END, 1.5
-                FROM generate_series({base}, {top - 1}) i""")
+                FROM generate_series({base}::bigint, {top - 1}) i""")
             conn.execute(f"""
                 INSERT INTO scheduling_preemptiondecision_victim_allocations (preemptiondecision_id, allocation_id)
-                SELECT DISTINCT i, v FROM generate_series({base}, {top - 1}) i,
+                SELECT DISTINCT i, v FROM generate_series({base}::bigint, {top - 1}) i,
                     LATERAL (VALUES ({lo} + (i * 31) % {ALLOCATIONS}), ({lo} + (i * 37) % {ALLOCATIONS})) AS x(v)
                 WHERE i % 3 = 0""")
             conn.execute(f"""
