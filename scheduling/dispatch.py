@@ -7,6 +7,7 @@ the periodic sweep, which re-derives what must happen from the database.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -35,9 +36,15 @@ def _redis() -> Any:
 
     if not settings.REDIS_URL:
         return None
+    return _redis_client(settings.REDIS_URL)
+
+
+@functools.cache
+def _redis_client(url: str) -> Any:
+    """One client (and connection pool) per process and URL, shared by threads."""
     import redis
 
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+    return redis.Redis.from_url(url, socket_timeout=2)
 
 
 def subscribe(group: str, delta: int) -> None:

@@ -127,6 +127,7 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
         holds = _holds(group)
         _reserve_holds(snap, holds, exclude=None)
         quotas = QuotaBook.load()
+        codes = last_codes([row["id"] for row in queue[:budget]])
         batch: list[tuple[dict, em.Allocation, Decision]] = []
         for row in queue[:budget]:
             moment = now or timezone.now()
@@ -148,7 +149,7 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
                 continue
             _flush_fits(snap, batch, moment, result)
             try:
-                _apply(snap, row, req, decision, moment, latency, result)
+                _apply(snap, row, req, decision, moment, latency, result, codes)
             except DomainError as exc:  # lost a race with a report or a cancel; the next pass retries
                 log.info("decision for %s not applied: %s", row["id"], exc)
         _flush_fits(snap, batch, now or timezone.now(), result)
@@ -273,7 +274,7 @@ def _release_reservation(snap: Snapshot, alloc_id: int) -> None:
 
 
 def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, moment: datetime,
-           latency: float, result: PassResult) -> None:
+           latency: float, result: PassResult, codes: dict[int, str]) -> None:
     group = snap.group
     alloc = Allocation(pk=row["id"], tenant_id=row["tenant_id"], resource_group_id=group.pk)
     if decision.outcome == "fits":
@@ -287,7 +288,8 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
         result.placed += 1
         return
     if decision.outcome == "wait":
-        if _changed(row["id"], decision):
+        if codes.get(row["id"]) != decision.code:
+            codes[row["id"]] = decision.code
             record_decision(group, row["id"], row["tenant_id"], decision, snap, moment, latency, Execution.RECORDED)
         result.waiting += 1
         return
@@ -319,11 +321,14 @@ def _victim_row(snap: Snapshot, victim: object) -> dict:
     return row
 
 
-def _changed(alloc_id: int, decision: Decision) -> bool:
-    """A waiting request's decision is stored when its reason changes, not on every pass."""
-    last = PreemptionDecision.objects.filter(preemptor_id=alloc_id).order_by("-id").values_list(
-        "code", flat=True).first()
-    return last != decision.code
+def last_codes(alloc_ids: list[int]) -> dict[int, str]:
+    """Each request's latest decision code, in two queries for the whole queue: a waiting request's
+    decision is stored when its reason changes, not on every pass."""
+    from django.db.models import Max
+
+    latest = PreemptionDecision.objects.filter(preemptor_id__in=alloc_ids).values("preemptor_id").annotate(
+        last=Max("id")).values_list("last", flat=True)
+    return dict(PreemptionDecision.objects.filter(id__in=list(latest)).values_list("preemptor_id", "code"))
 
 
 def record_decision(group: ResourceGroup, alloc_id: int, tenant_id: int, decision: Decision, snap: Snapshot,

@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "django_htmx",
     "channels",
     "scheduling",
     "nodes",
@@ -86,7 +87,12 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # redis-py refuses past its pool size (100 by default) instead of waiting, and a
+            # reconnect burst of agents needs one connection per concurrent group_add.
+            # A channel holds 100 messages by default and drops the rest of a burst.
+            "CONFIG": {"hosts": [{"address": REDIS_URL,
+                                  "max_connections": env.int("REDIS_MAX_CONNECTIONS", 1000)}],
+                       "capacity": 1000},
         }
     }
     CELERY_BROKER_URL = REDIS_URL
