@@ -156,8 +156,9 @@ async def background_agent(url: str, token: str, stop: asyncio.Event) -> None:
 
 
 async def _drain(ws: object) -> None:
-    async for _ in ws:  # type: ignore[attr-defined]
-        pass
+    with contextlib.suppress(Exception):  # a dropped background agent only stops heartbeating
+        async for _ in ws:  # type: ignore[attr-defined]
+            pass
 
 
 class Probe:

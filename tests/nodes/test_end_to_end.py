@@ -4,7 +4,9 @@ The low-class job runs a script that saves its progress when it gets SIGUSR1;
 a high-class job arrives; the script checkpoints; the low job is suspended and
 requeued; the high job runs and ends; the low job restarts with LATTICE_RESUME=1
 and finds its checkpoint. Then the agent is killed and restarted mid-run and
-resynchronises through hello without losing or duplicating the job.
+resynchronises through hello without losing or duplicating the job; and the
+control plane is killed and restarted: agents reconnect, running work goes on,
+and a command issued while it was down is re-derived at the agent's hello.
 Needs PostgreSQL (shared with the Daphne process) and Redis (shared channel layer).
 """
 
@@ -64,25 +66,51 @@ def wait_for(check, timeout: float = 30.0, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+class ControlPlane:
+    """A real Daphne on a fixed port, which a test can kill and start again (a control-plane restart)."""
+
+    def __init__(self) -> None:
+        db = connection.settings_dict
+        self.url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+        self.port = _free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "DATABASE_URL": self.url, "DJANGO_SETTINGS_MODULE": "lattice_site.settings.test",
+               "ALLOWED_HOSTS": "127.0.0.1,localhost", "LOG_LEVEL": "WARNING"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                                      "lattice_site.asgi:application"], cwd=ROOT, env=env)
+
+        def up() -> bool:
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+        wait_for(up, 30, "daphne to listen")
+
+    def kill(self) -> None:
+        """Die as a crash does: no close frames, no cleanup."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        time.sleep(0.5)  # let PostgreSQL notice the server's sessions are gone before teardown
+
+
 @pytest.fixture
-def daphne():
-    db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    port = _free_port()
-    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "lattice_site.settings.test",
-           "ALLOWED_HOSTS": "127.0.0.1,localhost", "LOG_LEVEL": "WARNING"}
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "lattice_site.asgi:application"], cwd=ROOT, env=env)
+def control_plane():
+    server = ControlPlane()
+    server.start()
+    yield server
+    server.stop()
 
-    def up() -> bool:
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
 
-    wait_for(up, 30, "daphne to listen")
-    yield port
-    proc.terminate()
-    proc.wait(timeout=10)
-    time.sleep(0.5)  # let PostgreSQL notice the server's sessions are gone before teardown
+@pytest.fixture
+def daphne(control_plane):
+    return control_plane.port
 
 
 @pytest.fixture
@@ -167,3 +195,51 @@ def test_agent_killed_mid_run_resynchronises_without_loss_or_duplicate(tmp_path,
     started = set(AllocationEvent.objects.filter(allocation=job, reason__startswith="started on").values_list(
         "reason", flat=True))
     assert started == pids_before  # not started twice
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_control_plane_restart_loses_nothing_and_delivers_what_it_missed(
+        tmp_path, resource_group, vcluster_hpc, node_gpu_a, make_allocation, agent_factory, control_plane, operator):
+    from scheduling.actions.admission import allocation_cancel
+
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    agent_factory(agent_token_issue(node=node_gpu_a))
+    wait_for(lambda: type(node_gpu_a).objects.get(pk=node_gpu_a.pk).last_heartbeat_at, 30, "the agent's hello")
+    keep, stop = (make_allocation(state="pending", node_count=1, per_node_gpu=4, preemption_class=1,
+                                  checkpoint="auto", vcluster=vcluster_hpc, command=[sys.executable, str(app), "600"])
+                  for _ in range(2))
+    schedule_pass(resource_group.pk)
+    for job in (keep, stop):
+        wait_for(lambda job=job: AllocationEvent.objects.filter(allocation=job, reason__startswith="started on")
+                 .exists(), 30, f"job {job.pk} to start")
+    state_file = tmp_path / "agent" / "agent-state.json"
+    pids = wait_for(lambda: (lambda d: d if len(d) == 2 else None)(json.loads(state_file.read_text())), 10,
+                    "the agent to record both processes")
+    started_before = list(AllocationEvent.objects.filter(allocation=keep, reason__startswith="started on")
+                          .values_list("reason", flat=True))
+
+    control_plane.kill()
+    allocation_cancel(allocation=stop, actor=operator)  # its terminate command finds no agent connected
+    down_at = type(node_gpu_a).objects.get(pk=node_gpu_a.pk).last_heartbeat_at
+    time.sleep(1)
+    control_plane.start()
+
+    wait_for(lambda: type(node_gpu_a).objects.get(pk=node_gpu_a.pk).last_heartbeat_at > down_at, 60,
+             "the agent to reconnect to the restarted control plane")
+    wait_for(lambda: not _alive(int(pids[str(stop.pk)]["pid"])), 30,
+             "the command missed while down to be re-derived at hello (the cancelled job's process ends)")
+    keep.refresh_from_db()
+    assert keep.state == "running"
+    assert _alive(int(pids[str(keep.pk)]["pid"]))
+    assert not Allocation.objects.filter(requeued_from=keep).exists()
+    assert list(AllocationEvent.objects.filter(allocation=keep, reason__startswith="started on")
+                .values_list("reason", flat=True)) == started_before  # not started twice
+    assert Allocation.objects.get(pk=stop.pk).state == "cancelled"
