@@ -55,7 +55,8 @@ def rss_mb(pid: int) -> float:
 
 def start_server(app: str, port: int, env: dict[str, str]) -> subprocess.Popen:
     proc = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p",
-                             str(port), app], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                             str(port), "--websocket_timeout", "-1", "--websocket_connect_timeout", "30", app],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     for _ in range(150):
         with socket.socket() as s:

@@ -1,7 +1,7 @@
 """/ws/agent/: the node agents' WebSocket (contracts/agent-protocol.md).
 
 Thin: authenticate in ``connect``, parse each frame into a strict type, call one
-action in a thread (``database_sync_to_async``), then answer ``ack`` (the action
+action in a pooled thread (``in_pool``), then answer ``ack`` (the action
 committed) or ``error`` (nothing changed). Commands reach the agent through the
 node's channel-layer group, so any Daphne process can reach any agent.
 """
@@ -13,7 +13,7 @@ import time
 from collections import deque
 from typing import Any
 
-from channels.db import database_sync_to_async
+from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from nodes import actions
@@ -29,12 +29,20 @@ RATE_LIMIT = 50  # frames per second, sustained for RATE_WINDOW_S seconds
 RATE_WINDOW_S = 5
 
 
+def in_pool(fn: Any) -> Any:
+    """Run database work in the loop's thread pool rather than the one thread Channels shares by
+    default: 2,000 agents reconnecting at once must not authenticate and reconcile one by one.
+    A connection's frames stay in order (a consumer handles one message at a time); two
+    connections for one node are serialised by the node's row lock."""
+    return DatabaseSyncToAsync(fn, thread_sensitive=False)
+
+
 class AgentConsumer(AsyncWebsocketConsumer):
     node: Node | None = None
 
     async def connect(self) -> None:
         token = _bearer(self.scope)
-        node = await database_sync_to_async(actions.agent_authenticate)(token) if token else None
+        node = await in_pool(actions.agent_authenticate)(token) if token else None
         if node is None:
             await self.accept()
             await self.close(code=CLOSE_AUTH)
@@ -70,7 +78,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
                                   "message": f"seq {frame.seq} is not greater than the last accepted one"})
             return
         try:
-            replies = await database_sync_to_async(self._apply)(frame)
+            replies = await in_pool(self._apply)(frame)
         except actions.FrameRefused as exc:
             await self._send({"type": "error", "id": frame.id, "code": exc.code, "message": exc.message})
             return

@@ -16,7 +16,9 @@ if [[ -n "${DATABASE_URL:-}" && -n "${REDIS_URL:-}" ]]; then
   pids=()
   cleanup() { trap - INT TERM EXIT; kill "${pids[@]}" 2>/dev/null || true; wait || true; }
   trap cleanup INT TERM EXIT
-  "$BIN/daphne" -b "$HOST" -p "$PORT" lattice_site.asgi:application & pids+=($!)
+  # Agents stay connected for days, and a reconnect burst may take longer than 5 s to accept.
+  "$BIN/daphne" -b "$HOST" -p "$PORT" --websocket_timeout -1 --websocket_connect_timeout 30 \
+    lattice_site.asgi:application & pids+=($!)
   "$BIN/celery" -A lattice_site worker --loglevel=INFO --concurrency=2 & pids+=($!)
   "$BIN/celery" -A lattice_site beat --loglevel=INFO --schedule var/celerybeat-schedule & pids+=($!)
   sleep 2
