@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -19,9 +20,10 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Case, JSONField, Value, When
 from django.utils import timezone
 
-from scheduling.actions.preemption import allocation_hold, allocation_place, allocation_preempt
+from scheduling.actions.preemption import allocation_hold, allocation_place, allocations_preempt
 from scheduling.dispatch import event_on_commit
 from scheduling.engine import Decision, decide
 from scheduling.engine import model as em
@@ -200,6 +202,25 @@ class QuotaBook:
                 mine[i] -= w
 
 
+def _start_all(ran_on: dict[int, list[str]], moment: datetime) -> None:
+    """Pending -> running for a batch in one statement (the rows are locked and pending)."""
+    if not ran_on:
+        return
+    if connection.vendor != "postgresql":  # the embedded mode: few at a time
+        Allocation.objects.filter(pk__in=list(ran_on), state=State.PENDING).update(
+            state=State.RUNNING, started_at=moment, state_changed_at=moment,
+            ran_on=Case(*[When(pk=pk, then=Value(nodes, output_field=JSONField())) for pk, nodes in ran_on.items()]))
+        return
+    values = ", ".join(["(%s, %s)"] * len(ran_on))
+    params: list[object] = [State.RUNNING, moment, moment]
+    for pk, nodes in ran_on.items():
+        params += [pk, json.dumps(nodes)]
+    with connection.cursor() as cur:
+        cur.execute(f"UPDATE {Allocation._meta.db_table} AS a SET state = %s, started_at = %s, "
+                    f"state_changed_at = %s, ran_on = v.ran_on::jsonb FROM (VALUES {values}) AS v(id, ran_on) "
+                    f"WHERE a.id = v.id::bigint AND a.state = 'pending'", params)
+
+
 def _running(req: em.Allocation, decision: Decision, moment: datetime) -> em.Allocation:
     return replace(req, state="running", started_at=moment.timestamp(), held_nodes=(),
                    placement={n: dict(req.per_node) for n in decision.nodes})
@@ -225,10 +246,7 @@ def _flush_fits(snap: Snapshot, batch: list[tuple[dict, em.Allocation, Decision]
             Placement(allocation_id=pk, node_id=snap.node_ids[name], gpu=a.per_node_gpu, cpu=a.per_node_cpu,
                       memory=a.per_node_memory)
             for pk, a in allocs.items() for name in by_id[pk][2].nodes])
-        for pk in allocs:
-            Allocation.objects.filter(pk=pk, state=State.PENDING).update(
-                state=State.RUNNING, started_at=moment, state_changed_at=moment,
-                ran_on=list(by_id[pk][2].nodes))
+        _start_all({pk: list(by_id[pk][2].nodes) for pk in allocs}, moment)
         AllocationEvent.objects.bulk_create([
             AllocationEvent(allocation_id=pk, from_state=State.PENDING, to_state=State.RUNNING,
                             reason=f"placed on {', '.join(by_id[pk][2].nodes)}") for pk in allocs])
@@ -298,10 +316,8 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
         record = record_decision(group, row["id"], row["tenant_id"], decision, snap, moment, latency,
                                  Execution.SHADOW if shadow else Execution.EXECUTED)
         if not shadow:
-            for v in decision.victims:
-                victim = Allocation.objects.get(pk=int(v.id))
-                allocation_preempt(allocation=victim, decision=record, action=v.action, now=moment,
-                                   checkpoint_timeout_s=snap.policy.checkpoint_timeout_minutes * 60)
+            allocations_preempt(victims=[(int(v.id), v.action) for v in decision.victims], decision=record,
+                                now=moment, checkpoint_timeout_s=snap.policy.checkpoint_timeout_minutes * 60)
             allocation_hold(allocation=alloc, node_ids=snap.node_ids, nodes=list(decision.nodes))
         event_on_commit("decision", {"decision": record.pk, "preemptor": row["id"], "code": decision.code,
                                      "victims": [v.id for v in decision.victims], "shadow": shadow},

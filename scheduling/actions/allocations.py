@@ -53,3 +53,34 @@ def allocation_transition(
     for key, value in changes.items():
         setattr(allocation, key, value)
     return allocation
+
+
+def allocations_transition(
+    *,
+    ids: list[int],
+    from_state: str,
+    to: str,
+    reason: str = "",
+    decision: PreemptionDecision | None = None,
+    now: datetime | None = None,
+    fields: dict[str, Any] | None = None,
+) -> None:
+    """``allocation_transition`` for many allocations in the same state, in two statements.
+
+    All move or none: if any of them is no longer in ``from_state`` (a racing report, a
+    cancel), InvalidTransition is raised and the transaction writes nothing.
+    """
+    if not allowed(from_state, to):
+        raise InvalidTransition(f"allocations cannot go from {from_state} to {to}", from_state=from_state,
+                                to_state=to)
+    moment = now or timezone.now()
+    wanted = set(ids)
+    with transaction.atomic():
+        updated = Allocation.objects.filter(pk__in=wanted, state=from_state).update(
+            state=to, state_changed_at=moment, **(fields or {}))
+        if updated != len(wanted):
+            raise InvalidTransition(f"{len(wanted) - updated} of {len(wanted)} allocations are no longer "
+                                    f"{from_state}", from_state=from_state, to_state=to)
+        AllocationEvent.objects.bulk_create([
+            AllocationEvent(allocation_id=pk, from_state=from_state, to_state=to, reason=reason[:255],
+                            decision=decision) for pk in sorted(wanted)])

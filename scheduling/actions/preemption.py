@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from scheduling.actions.allocations import allocation_transition
+from scheduling.actions.allocations import allocation_transition, allocations_transition
 from scheduling.dispatch import agent_command_on_commit, event_on_commit, task_on_commit
 from scheduling.errors import Conflict
 from scheduling.models import Allocation, AllocationEvent, Placement, PreemptionDecision
@@ -84,33 +84,59 @@ def _check_running_quota(alloc: Allocation) -> None:
 
 def allocation_preempt(*, allocation: Allocation, decision: PreemptionDecision | None, action: str,
                        checkpoint_timeout_s: float, now: datetime | None = None) -> Allocation:
-    """Ask a victim to leave: checkpoint (auto/manual in suspend mode) or terminate."""
+    """Ask one victim to leave: checkpoint (auto/manual in suspend mode) or terminate."""
+    allocations_preempt(victims=[(allocation.pk, action)], decision=decision,
+                        checkpoint_timeout_s=checkpoint_timeout_s, now=now)
+    allocation.refresh_from_db()
+    return allocation
+
+
+def allocations_preempt(*, victims: list[tuple[int, str]], decision: PreemptionDecision | None,
+                        checkpoint_timeout_s: float, now: datetime | None = None) -> None:
+    """Ask a decision's victims to leave, together: one row lock for all of them, one update per
+    action and one insert of events (not a round of statements per victim). ``victims`` holds
+    (allocation id, "checkpoint" or "terminate"). All are asked or, if one is no longer running,
+    none (Conflict)."""
+    from scheduling.dispatch import agent_commands_on_commit
+
     moment = now or timezone.now()
+    ids = sorted(pk for pk, _ in victims)
     with transaction.atomic():
-        alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
-        if alloc.state != State.RUNNING:
-            raise Conflict(f"victim {alloc.pk} is {alloc.state}, not running")
-        node_names = list(alloc.placements.filter(kind="assigned").values_list("node__name", flat=True))
-        if action == "checkpoint":
-            deadline = moment + timedelta(seconds=checkpoint_timeout_s)
-            allocation_transition(allocation=alloc, to=State.CHECKPOINTING, reason="preempted: checkpoint",
-                                  decision=decision, now=moment,
-                                  fields={"deadline_at": deadline, "preempted_by": decision,
-                                          "checkpoint_started_at": moment, "deadline_extended": False,
-                                          "deferred_seconds": 0, "checkpoint_progress_at": None})
-            frame = {"type": "checkpoint", "allocation": str(alloc.pk), "deadline": deadline.isoformat(),
-                     "reason": "preempted"}
-        else:
-            deadline = moment + timedelta(seconds=TERMINATE_GRACE_S + 5)
-            allocation_transition(allocation=alloc, to=State.TERMINATING, reason="preempted: terminate",
-                                  decision=decision, now=moment,
-                                  fields={"deadline_at": deadline, "preempted_by": decision})
-            frame = {"type": "terminate", "allocation": str(alloc.pk), "grace_s": TERMINATE_GRACE_S}
-        for name in node_names:
-            agent_command_on_commit(name, frame)
-        task_on_commit(_deadline_task(), alloc.pk, countdown=(deadline - moment).total_seconds() + 1)
-        event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
-    return alloc
+        rows = {a.pk: a for a in Allocation.objects.select_for_update().filter(pk__in=ids).order_by("pk")
+                .only("id", "state", "tenant_id")}
+        for pk in ids:
+            state = rows[pk].state if pk in rows else "gone"
+            if state != State.RUNNING:
+                raise Conflict(f"victim {pk} is {state}, not running")
+        nodes: dict[int, list[str]] = {}
+        for alloc_id, name in Placement.objects.filter(allocation_id__in=ids, kind="assigned").values_list(
+                "allocation_id", "node__name"):
+            nodes.setdefault(alloc_id, []).append(name)
+        commands: list[tuple[str, dict[str, Any]]] = []
+        for action in ("checkpoint", "terminate"):
+            group = [pk for pk, a in victims if a == action]
+            if not group:
+                continue
+            if action == "checkpoint":
+                to, deadline = State.CHECKPOINTING, moment + timedelta(seconds=checkpoint_timeout_s)
+                allocations_transition(ids=group, from_state=State.RUNNING, to=to, reason="preempted: checkpoint",
+                                       decision=decision, now=moment,
+                                       fields={"deadline_at": deadline, "preempted_by": decision,
+                                               "checkpoint_started_at": moment, "deadline_extended": False,
+                                               "deferred_seconds": 0, "checkpoint_progress_at": None})
+            else:
+                to, deadline = State.TERMINATING, moment + timedelta(seconds=TERMINATE_GRACE_S + 5)
+                allocations_transition(ids=group, from_state=State.RUNNING, to=to, reason="preempted: terminate",
+                                       decision=decision, now=moment,
+                                       fields={"deadline_at": deadline, "preempted_by": decision})
+            for pk in group:
+                frame = ({"type": "checkpoint", "allocation": str(pk), "deadline": deadline.isoformat(),
+                          "reason": "preempted"} if action == "checkpoint" else
+                         {"type": "terminate", "allocation": str(pk), "grace_s": TERMINATE_GRACE_S})
+                commands += [(name, frame) for name in nodes.get(pk, [])]
+                task_on_commit(_deadline_task(), pk, countdown=(deadline - moment).total_seconds() + 1)
+                event_on_commit("allocation.state", {"allocation": pk, "state": to}, rows[pk].tenant_id)
+        agent_commands_on_commit(commands)
 
 
 def allocation_hold(*, allocation: Allocation, node_ids: dict[str, int], nodes: list[str]) -> None:

@@ -57,3 +57,39 @@ def test_stale_caller_loses_the_race(make_allocation):
     with pytest.raises(InvalidTransition):
         allocation_transition(allocation=stale, to="checkpointing")
     assert AllocationEvent.objects.filter(allocation=alloc).count() == 1
+
+
+def test_many_move_together_or_not_at_all(make_allocation):
+    from scheduling.actions.allocations import allocations_transition
+
+    a, b, c = (make_allocation(state="running") for _ in range(3))
+    allocations_transition(ids=[a.pk, b.pk], from_state="running", to="checkpointing", reason="preempted")
+    assert {x.state for x in type(a).objects.filter(pk__in=[a.pk, b.pk])} == {"checkpointing"}
+    assert AllocationEvent.objects.filter(allocation__in=[a, b], to_state="checkpointing").count() == 2
+
+    allocation_transition(allocation=c, to="completed")  # a report got there first
+    d = make_allocation(state="running")
+    with pytest.raises(InvalidTransition):
+        allocations_transition(ids=[c.pk, d.pk], from_state="running", to="terminating")
+    d.refresh_from_db()
+    assert d.state == "running"
+    assert not AllocationEvent.objects.filter(to_state="terminating").exists()
+
+
+def test_preempting_several_victims_is_all_or_nothing(make_allocation):
+    from scheduling.actions.preemption import allocations_preempt
+    from scheduling.errors import Conflict
+
+    a, b = make_allocation(state="running"), make_allocation(state="running")
+    gone = make_allocation(state="completed")
+    with pytest.raises(Conflict):
+        allocations_preempt(victims=[(a.pk, "checkpoint"), (gone.pk, "terminate")], decision=None,
+                            checkpoint_timeout_s=600)
+    a.refresh_from_db()
+    assert a.state == "running" and a.deadline_at is None
+    allocations_preempt(victims=[(a.pk, "checkpoint"), (b.pk, "terminate")], decision=None,
+                        checkpoint_timeout_s=600)
+    a.refresh_from_db()
+    b.refresh_from_db()
+    assert (a.state, b.state) == ("checkpointing", "terminating")
+    assert (a.deadline_at - a.checkpoint_started_at).total_seconds() == 600
