@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 PASS_BUDGET = 2000
 # Consecutive fitting requests are committed together, a few dozen per transaction.
 FIT_BATCH = 50
+PREEMPT_BATCH = 25  # preemptions written per transaction
 # Candidates stored in full up to this many; beyond, the victims and every candidate on the
 # chosen nodes, with counts per code for the others.
 STORED_CANDIDATES = 5000
@@ -131,6 +132,7 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
         quotas = QuotaBook.load()
         codes = last_codes([row["id"] for row in queue[:budget]])
         batch: list[tuple[dict, em.Allocation, Decision]] = []
+        staged: list[Staged] = []
         for row in queue[:budget]:
             moment = now or timezone.now()
             mine = holds.get(row["id"], [])
@@ -151,10 +153,13 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
                 continue
             _flush_fits(snap, batch, moment, result)
             try:
-                _apply(snap, row, req, decision, moment, latency, result, codes)
+                _apply(snap, row, req, decision, moment, latency, result, codes, staged)
+                if len(staged) >= PREEMPT_BATCH:
+                    _flush_preempts(snap, staged, result)
             except DomainError as exc:  # lost a race with a report or a cancel; the next pass retries
                 log.info("decision for %s not applied: %s", row["id"], exc)
         _flush_fits(snap, batch, now or timezone.now(), result)
+        _flush_preempts(snap, staged, result)
     # Keep going while there is progress; otherwise the next event or the sweep resumes.
     progress = (result.more and (result.placed or result.preempted)) or result.busy
     if progress and not settings.CELERY_TASK_ALWAYS_EAGER:
@@ -292,7 +297,9 @@ def _release_reservation(snap: Snapshot, alloc_id: int) -> None:
 
 
 def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, moment: datetime,
-           latency: float, result: PassResult, codes: dict[int, str]) -> None:
+           latency: float, result: PassResult, codes: dict[int, str], staged: list[Staged]) -> None:
+    """Fits and waits are written now; a preemption is staged and written with others (see
+    _flush_preempts)."""
     group = snap.group
     alloc = Allocation(pk=row["id"], tenant_id=row["tenant_id"], resource_group_id=group.pk)
     if decision.outcome == "fits":
@@ -312,21 +319,52 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
         result.waiting += 1
         return
     shadow = group.shadow
-    with transaction.atomic():
-        record = record_decision(group, row["id"], row["tenant_id"], decision, snap, moment, latency,
-                                 Execution.SHADOW if shadow else Execution.EXECUTED)
-        if not shadow:
-            allocations_preempt(victims=[(int(v.id), v.action) for v in decision.victims], decision=record,
-                                now=moment, checkpoint_timeout_s=snap.policy.checkpoint_timeout_minutes * 60)
-            allocation_hold(allocation=alloc, node_ids=snap.node_ids, nodes=list(decision.nodes))
-        event_on_commit("decision", {"decision": record.pk, "preemptor": row["id"], "code": decision.code,
-                                     "victims": [v.id for v in decision.victims], "shadow": shadow},
-                        row["tenant_id"])
-    if not shadow:
+    staged.append((row, decision, build_record(group, row["id"], decision, snap, moment, latency,
+                                               Execution.SHADOW if shadow else Execution.EXECUTED)))
+    if not shadow:  # later decisions of this pass see the victims leaving, written or not yet
         for v in decision.victims:
             snap.cluster.set_state(v.id, "checkpointing" if v.action == "checkpoint" else "terminating")
-    result.preempted += 1
-    result.decisions.append(record.pk)
+
+
+Staged = tuple[dict, Decision, PreemptionDecision]
+
+
+def _flush_preempts(snap: Snapshot, staged: list[Staged], result: PassResult) -> None:
+    """Write staged preemptions in one transaction: records, victims, holds. If one lost a race
+    (a victim ended meanwhile), the batch rolls back and each is written alone, the loser skipped."""
+    if not staged:
+        return
+    batch, staged[:] = list(staged), []
+    try:
+        with transaction.atomic():
+            records = _write_preempts(snap, batch)
+    except DomainError as exc:
+        log.info("a batch of %d preemptions lost a race (%s): writing them one by one", len(batch), exc)
+        records = []
+        for one in batch:
+            try:
+                with transaction.atomic():
+                    records += _write_preempts(snap, [one])
+            except DomainError as lost:  # the next pass decides this request again
+                log.info("decision for %s not applied: %s", one[0]["id"], lost)
+    result.preempted += len(records)
+    result.decisions += [r.pk for r in records]
+
+
+def _write_preempts(snap: Snapshot, batch: list[Staged]) -> list[PreemptionDecision]:
+    group = snap.group
+    records = save_records([(record, row["tenant_id"], [int(v.id) for v in decision.victims])
+                            for row, decision, record in batch])
+    for (row, decision, _), record in zip(batch, records, strict=True):
+        if not group.shadow:
+            allocations_preempt(victims=[(int(v.id), v.action) for v in decision.victims], decision=record,
+                                now=record.decided_for,
+                                checkpoint_timeout_s=snap.policy.checkpoint_timeout_minutes * 60)
+            allocation_hold(allocation=Allocation(pk=row["id"]), node_ids=snap.node_ids, nodes=list(decision.nodes))
+        event_on_commit("decision", {"decision": record.pk, "preemptor": row["id"], "code": decision.code,
+                                     "victims": [v.id for v in decision.victims], "shadow": group.shadow},
+                        row["tenant_id"])
+    return records
 
 
 def _victim_row(snap: Snapshot, victim: object) -> dict:
@@ -347,23 +385,41 @@ def last_codes(alloc_ids: list[int]) -> dict[int, str]:
     return dict(PreemptionDecision.objects.filter(id__in=list(latest)).values_list("preemptor_id", "code"))
 
 
-def record_decision(group: ResourceGroup, alloc_id: int, tenant_id: int, decision: Decision, snap: Snapshot,
-                    moment: datetime, latency: float, outcome: str) -> PreemptionDecision:
+def build_record(group: ResourceGroup, alloc_id: int, decision: Decision, snap: Snapshot, moment: datetime,
+                 latency: float, outcome: str) -> PreemptionDecision:
+    """The record of a decision, not yet saved; built before the snapshot changes (candidates are
+    read from it)."""
     rows, others = decision.summary(STORED_CANDIDATES)
     candidates: list[dict] = [c.to_dict() for c in rows]
     if others:
         candidates.append({"summary": others})
-    record = PreemptionDecision.objects.create(
+    return PreemptionDecision(
         resource_group=group, preemptor_id=alloc_id, decided_for=moment, result=decision.outcome,
         code=decision.code, trigger=decision.trigger or "", nodes=list(decision.nodes),
         borrowed=list(decision.borrowed), victims=[_victim_row(snap, v) for v in decision.victims],
         candidates=candidates, explanation=decision.explanation,
         policy_snapshot={**(group.policy or {}), "paused": group.paused, "shadow": group.shadow},
         outcome=outcome, latency_ms=latency)
-    victim_ids = [int(v.id) for v in decision.victims]
-    readers = {tenant_id}
-    if victim_ids:
-        record.victim_allocations.set(victim_ids)
-        readers |= set(Allocation.objects.filter(pk__in=victim_ids).values_list("tenant_id", flat=True))
-    DecisionAudience.objects.bulk_create([DecisionAudience(tenant_id=t, decision=record) for t in sorted(readers)])
-    return record
+
+
+def save_records(entries: list[tuple[PreemptionDecision, int, list[int]]]) -> list[PreemptionDecision]:
+    """Insert records with their victims and audience, a few statements for any number of them.
+    ``entries`` holds (unsaved record, preemptor's tenant id, victim ids)."""
+    records = PreemptionDecision.objects.bulk_create([record for record, _, _ in entries])
+    through = PreemptionDecision.victim_allocations.through
+    victim_ids = sorted({v for _, _, victims in entries for v in victims})
+    tenant_of = dict(Allocation.objects.filter(pk__in=victim_ids).values_list("id", "tenant_id")) if victim_ids else {}
+    through.objects.bulk_create([through(preemptiondecision_id=record.pk, allocation_id=v)
+                                 for record, (_, _, victims) in zip(records, entries, strict=True)
+                                 for v in victims])
+    DecisionAudience.objects.bulk_create([
+        DecisionAudience(tenant_id=t, decision=record)
+        for record, (_, tenant_id, victims) in zip(records, entries, strict=True)
+        for t in sorted({tenant_id} | {tenant_of[v] for v in victims if v in tenant_of})])
+    return records
+
+
+def record_decision(group: ResourceGroup, alloc_id: int, tenant_id: int, decision: Decision, snap: Snapshot,
+                    moment: datetime, latency: float, outcome: str) -> PreemptionDecision:
+    record = build_record(group, alloc_id, decision, snap, moment, latency, outcome)
+    return save_records([(record, tenant_id, [int(v.id) for v in decision.victims])])[0]

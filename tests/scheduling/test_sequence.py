@@ -205,3 +205,33 @@ def test_snapshot_loads_in_a_fixed_number_of_queries(resource_group, vcluster_hp
         snap = load_snapshot(resource_group)
     assert len(snap.cluster.allocs) == 20
     assert Allocation.objects.count() == 20
+
+
+def test_a_victim_ending_before_the_write_costs_only_its_own_preemption(resource_group, vcluster_hpc, two_nodes,
+                                                                        make_allocation, monkeypatch):
+    """Preemptions are written in batches; one that lost a race must not take the others down."""
+    from scheduling import scheduler
+
+    lows = [_job(make_allocation, 1, vcluster=vcluster_hpc) for _ in range(2)]
+    schedule_pass(resource_group.pk)
+    assert {_state(low) for low in lows} == {"running"}
+    highs = [_job(make_allocation, 7, vcluster=vcluster_hpc) for _ in range(2)]
+    real, decided = scheduler.decide, []
+
+    def decide_while_a_report_arrives(*args, **kwargs):
+        decision = real(*args, **kwargs)
+        decided.append(decision)
+        if len(decided) == 2:  # the first decision's victim exits before the batch is written
+            gone = Allocation.objects.get(pk=int(decided[0].victims[0].id))
+            allocation_exited(allocation=gone, exit_code=0, reason="completed")
+        return decision
+
+    monkeypatch.setattr(scheduler, "decide", decide_while_a_report_arrives)
+    result = schedule_pass(resource_group.pk)
+    assert [d.outcome for d in decided] == ["preempt", "preempt"]
+    assert result.preempted == 1
+    gone, kept = int(decided[0].victims[0].id), int(decided[1].victims[0].id)
+    assert Allocation.objects.get(pk=gone).state == "completed"
+    assert Allocation.objects.get(pk=kept).state == "checkpointing"
+    executed = PreemptionDecision.objects.filter(result="preempt", outcome="executed")
+    assert list(executed.values_list("preemptor_id", flat=True)) == [highs[1].pk]
