@@ -28,17 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WARMUP_S = 3.0
 sys.path.insert(0, str(ROOT))
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))] if ordered else float("nan")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from bench.common import free_port, pct  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:

@@ -26,10 +26,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.common import free_port, fresh_database, pct  # noqa: E402
+
 TENANTS = 16
 ALLOCATIONS = 20_000
 CLIENTS = 4
@@ -38,20 +40,6 @@ GOAL_P99_MS = 30.0
 GOAL_GROWTH = 1.5
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))] if ordered else float("nan")
-
-
-def fresh_database(url: str, suffix: str) -> str:
-    import psycopg
-
-    parts = urlparse(url)
-    name = (parts.path.lstrip("/") or "lattice") + suffix
-    with psycopg.connect(urlunparse(parts._replace(path="/postgres")), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return urlunparse(parts._replace(path=f"/{name}"))
 
 
 def setup_tenants() -> dict[str, str]:
@@ -283,11 +271,6 @@ def main() -> None:
     small, large = results
     print(f"p99 at {args.large:,} / p99 at {args.small:,}: {large / small:.2f}x (goal at most {GOAL_GROWTH}x)")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 if __name__ == "__main__":

@@ -35,19 +35,12 @@ from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.common import free_port, fresh_database, pct  # noqa: E402
+
 OPERATORS = 10
 REDIS_DB = 5
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))] if ordered else float("nan")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def prepare(background: int, reports: int) -> dict:
@@ -281,8 +274,6 @@ def main() -> None:
     if not url.startswith(("postgres://", "postgresql://")) or not redis_url.startswith("redis://"):
         sys.stderr.write("bench/live.py needs DATABASE_URL (PostgreSQL) and REDIS_URL\n")
         sys.exit(2)
-    from bench.api import fresh_database
-
     url = fresh_database(url, "_live_bench")
     redis_url = urlunparse(urlparse(redis_url)._replace(path=f"/{REDIS_DB}"))
     import redis

@@ -1,0 +1,30 @@
+"""What the benchmark scripts share: percentiles, a free port, a fresh database of their own."""
+
+from __future__ import annotations
+
+import socket
+from urllib.parse import urlparse, urlunparse
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) by rank; NaN for no values."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))] if ordered else float("nan")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def fresh_database(url: str, suffix: str) -> str:
+    """Drop and create the database named by ``url`` plus ``suffix``; returns its URL."""
+    import psycopg
+
+    parts = urlparse(url)
+    name = (parts.path.lstrip("/") or "lattice") + suffix
+    with psycopg.connect(urlunparse(parts._replace(path="/postgres")), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return urlunparse(parts._replace(path=f"/{name}"))
