@@ -91,3 +91,14 @@ class PolicyChange(models.Model):
         if self.pk is not None:
             raise ValueError("policy changes are append-only")
         super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+
+class MetricRollup(models.Model):
+    """Counters folded from the append-only records (see scheduling/metrics.py), so a scrape reads
+    only what is new instead of every decision ever made. Keys ``mark:*`` hold the last folded id."""
+
+    key = models.CharField(max_length=255, unique=True)
+    value = models.FloatField(default=0.0)
+
+    def __str__(self) -> str:
+        return f"{self.key} = {self.value}"

@@ -1,0 +1,80 @@
+"""/metrics: the preemption counters from the records, folded into a rollup without double counting."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from scheduling.actions.preemption import allocation_checkpoint_done
+from scheduling.metrics import fold
+from scheduling.models import Allocation, MetricRollup, PreemptionDecision
+from scheduling.scheduler import schedule_pass
+
+pytestmark = pytest.mark.django_db
+
+
+def _scrape(client) -> dict[tuple[str, tuple], float]:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    out = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+@pytest.fixture
+def one_preemption(resource_group, vcluster_hpc, node_gpu_a, make_allocation):
+    """A class-2 job checkpointed after 42 s for a class-7 one, then requeued."""
+    def job(klass):
+        return make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=klass,
+                               checkpoint="auto", vcluster=vcluster_hpc)
+
+    low = job(2)
+    schedule_pass(resource_group.pk)
+    job(7)
+    schedule_pass(resource_group.pk)
+    low.refresh_from_db()
+    assert low.state == "checkpointing"
+    allocation_checkpoint_done(allocation=low, ok=True, location="/ckpt/1",
+                               now=low.checkpoint_started_at + timedelta(seconds=42))
+    return low
+
+
+def test_preemption_metrics_count_the_records(client, one_preemption):
+    reason = PreemptionDecision.objects.get(result="preempt").victims[0]["reason"]
+    got = _scrape(client)
+    assert got[("lattice_preemptions_total", (("reason", reason), ("vcluster", "hpc")))] == 1
+    assert got[("lattice_preemption_victim_requeue_total", ())] == 1
+    assert got[("lattice_preemption_failed_checkpoint_total", ())] == 0
+    assert got[("lattice_preemption_checkpoint_duration_seconds_count", ())] == 1
+    assert got[("lattice_preemption_checkpoint_duration_seconds_sum", ())] == pytest.approx(42)
+    assert got[("lattice_preemption_checkpoint_duration_seconds_bucket", (("le", "30"),))] == 0
+    assert got[("lattice_preemption_checkpoint_duration_seconds_bucket", (("le", "60"),))] == 1
+
+
+def test_folding_moves_counts_into_the_rollup_without_counting_twice(client, one_preemption, resource_group,
+                                                                     vcluster_hpc, make_allocation):
+    before = _scrape(client)
+    later = timezone.now() + timedelta(hours=1)  # everything so far has settled
+    fold(now=later)
+    fold(now=later)  # a second fold finds nothing new
+    assert MetricRollup.objects.get(key="mark:decisions").value == PreemptionDecision.objects.latest("id").pk
+    assert _scrape(client) == before
+
+    # New work after the mark is counted live, then once more folded: still once.
+    low = make_allocation(state="running", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="none",
+                          vcluster=vcluster_hpc, started_at=timezone.now())
+    low.placements.create(node=vcluster_hpc.home_nodes.first(), gpu=8)
+    make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=9, checkpoint="auto",
+                    vcluster=vcluster_hpc)
+    Allocation.objects.filter(state="pending", preemption_class=7).delete()  # keep the queue to the new one
+    schedule_pass(resource_group.pk)
+    live = _scrape(client)
+    total = sum(v for (name, _), v in live.items() if name == "lattice_preemptions_total")
+    assert total == sum(v for (name, _), v in before.items() if name == "lattice_preemptions_total") + 1
+    fold(now=timezone.now() + timedelta(hours=2))
+    assert _scrape(client) == live
