@@ -290,11 +290,12 @@ def main() -> None:
     data = prepare(args.agents, args.reports)
     port = free_port()
     env = dict(os.environ)
+    worker_env = {**env, "DB_STATEMENT_TIMEOUT_MS": "60000"}  # as the worker is started in production
     procs = [subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                                "lattice_site.asgi:application"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-             subprocess.Popen([sys.executable, "-m", "celery", "-A", "lattice_site", "worker", "--concurrency=1",
-                               "--loglevel=ERROR"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+             subprocess.Popen([sys.executable, "-m", "celery", "-A", "lattice_site", "worker", "--pool=threads", "--concurrency=4",
+                               "--loglevel=ERROR"], cwd=ROOT, env=worker_env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)]
     try:
         for _ in range(150):

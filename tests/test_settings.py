@@ -43,3 +43,15 @@ def test_bad_database_url_fails_fast():
     result = _manage("check", DATABASE_URL="nosuchdb://x")
     assert result.returncode != 0
     assert "DATABASE_URL" in result.stderr
+
+
+def test_postgres_connections_are_pooled_and_a_statement_timeout_can_bound_them():
+    code = ("from django.conf import settings; o = settings.DATABASES['default']['OPTIONS']; "
+            "print(o['pool']['max_size'], o.get('options'), settings.DATABASES['default']['CONN_MAX_AGE'])")
+    env = {"DATABASE_URL": "postgres://lattice@db.example:5432/lattice", "DJANGO_SETTINGS_MODULE":
+           "lattice_site.settings.dev", "DB_POOL_MAX": "7", "DB_STATEMENT_TIMEOUT_MS": "60000"}
+    result = _manage("shell", "-c", code, **env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1].split() == ["7", "-c", "statement_timeout=60000", "0"]
+    result = _manage("shell", "-c", code, **{**env, "DB_STATEMENT_TIMEOUT_MS": "soon"})
+    assert result.returncode != 0 and "DB_STATEMENT_TIMEOUT_MS" in result.stderr

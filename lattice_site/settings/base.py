@@ -74,6 +74,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.boo
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": env.int("DB_POOL_MAX", 20),
                                                 "timeout": 10}}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.int("DB_STATEMENT_TIMEOUT_MS", 0):
+    # For processes whose tasks cannot be killed from outside (a thread-pool worker): no
+    # statement may wait or run longer than this.
+    DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
+        f"-c statement_timeout={env.int('DB_STATEMENT_TIMEOUT_MS', 0)}")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     # Writers wait for each other instead of failing at once (the web process and
