@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from django.db.models import Case, JSONField, Value, When
 from django.utils import timezone
 
+from scheduling import snapshot_cache
 from scheduling.actions.preemption import allocation_hold, allocation_place, allocations_preempt
 from scheduling.dispatch import event_on_commit
 from scheduling.engine import Decision, decide
@@ -124,7 +125,7 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
         if not acquired:
             result.busy = True
             return result
-        snap = load_snapshot(group)
+        snap = snapshot_cache.take(group)
         queue = pending_queue(group, snap.policy.kind, budget + 1)
         result.more = len(queue) > budget
         holds = _holds(group)
@@ -158,8 +159,10 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
                     _flush_preempts(snap, staged, result)
             except DomainError as exc:  # lost a race with a report or a cancel; the next pass retries
                 log.info("decision for %s not applied: %s", row["id"], exc)
+                snap.dirty = True
         _flush_fits(snap, batch, now or timezone.now(), result)
         _flush_preempts(snap, staged, result)
+        snapshot_cache.keep(snap)
     # Keep going while there is progress; otherwise the next event or the sweep resumes.
     progress = (result.more and (result.placed or result.preempted)) or result.busy
     if progress and not settings.CELERY_TASK_ALWAYS_EAGER:
@@ -242,6 +245,7 @@ def _flush_fits(snap: Snapshot, batch: list[tuple[dict, em.Allocation, Decision]
         return
     by_id = {row["id"]: (row, req, decision) for row, req, decision in batch}
     with transaction.atomic():
+        snapshot_cache.tag_writes(snap)
         allocs = {a.pk: a for a in Allocation.objects.select_for_update().filter(
             pk__in=list(by_id), state=State.PENDING).only(
             "id", "tenant_id", "command", "env", "per_node_gpu", "per_node_cpu", "per_node_memory",
@@ -309,7 +313,7 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
                                  placement={n: dict(req.per_node) for n in decision.nodes}))
         if decision.borrowed:  # lending limits changed: reload rather than patch node rows
             fresh = load_snapshot(group)
-            snap.cluster, snap.node_ids = fresh.cluster, fresh.node_ids
+            snap.cluster, snap.node_ids, snap.dirty = fresh.cluster, fresh.node_ids, True
         result.placed += 1
         return
     if decision.outcome == "wait":
@@ -337,13 +341,16 @@ def _flush_preempts(snap: Snapshot, staged: list[Staged], result: PassResult) ->
     batch, staged[:] = list(staged), []
     try:
         with transaction.atomic():
+            snapshot_cache.tag_writes(snap)
             records = _write_preempts(snap, batch)
     except DomainError as exc:
         log.info("a batch of %d preemptions lost a race (%s): writing them one by one", len(batch), exc)
+        snap.dirty = True  # what was staged and not written is already in the snapshot
         records = []
         for one in batch:
             try:
                 with transaction.atomic():
+                    snapshot_cache.tag_writes(snap)
                     records += _write_preempts(snap, [one])
             except DomainError as lost:  # the next pass decides this request again
                 log.info("decision for %s not applied: %s", one[0]["id"], lost)

@@ -75,6 +75,12 @@ class Snapshot:
         self.node_ids = node_ids
         self.node_names = {pk: name for name, pk in node_ids.items()}
         self.policy = policy_of(group)
+        # Kept between passes (snapshot_cache): the pass's writer tag, the database snapshot it was
+        # loaded from, when, and whether this pass left it different from the database.
+        self.writer = ""
+        self.pg_snapshot = ""
+        self.kept_since = 0.0
+        self.dirty = False
 
 
 def load_snapshot(group: ResourceGroup) -> Snapshot:

@@ -23,6 +23,9 @@ def preemption_deadline(allocation_id: int) -> None:
 
 @shared_task(name="scheduling.sweep", ignore_result=True, time_limit=120)
 def periodic_sweep() -> None:
+    from scheduling.snapshot_cache import prune
+
     sweep()
+    prune()
     for group_id in ResourceGroup.objects.values_list("pk", flat=True):
         schedule_pass(group_id)

@@ -158,3 +158,13 @@ def api_for(client):
         return client
 
     return login
+
+
+@pytest.fixture(autouse=True)
+def no_kept_snapshots():
+    """Each test starts without snapshots kept by an earlier test's passes (PostgreSQL)."""
+    from scheduling import snapshot_cache
+
+    snapshot_cache.forget()
+    yield
+    snapshot_cache.forget()

@@ -1,9 +1,16 @@
 from .allocations import Allocation, AllocationEvent, Placement
 from .cluster import ResourceGroup, SessionType, VCluster
-from .records import DecisionAudience, MetricRollup, PolicyChange, PreemptionDecision
+from .records import (
+    DecisionAudience,
+    MetricRollup,
+    PolicyChange,
+    PreemptionDecision,
+    SnapshotChange,
+)
 from .tenancy import ApiToken, Membership, Quota, Tenant
 
 __all__ = [
-    "Allocation", "AllocationEvent", "ApiToken", "DecisionAudience", "Membership", "MetricRollup", "Placement", "PolicyChange",
-    "PreemptionDecision", "Quota", "ResourceGroup", "SessionType", "Tenant", "VCluster",
+    "Allocation", "AllocationEvent", "ApiToken", "DecisionAudience", "Membership", "MetricRollup", "Placement",
+    "PolicyChange", "PreemptionDecision", "Quota", "ResourceGroup", "SessionType", "SnapshotChange", "Tenant",
+    "VCluster",
 ]

@@ -102,3 +102,22 @@ class MetricRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} = {self.value}"
+
+
+class SnapshotChange(models.Model):
+    """A committed change to what a scheduler snapshot holds, written by database triggers on
+    PostgreSQL (migration 0005): which group (null: every group), which transaction, and the
+    writer tag the transaction set (a pass tags its own writes). A pass keeps its snapshot while
+    no change it did not make is invisible to the database snapshot it was loaded from."""
+
+    group_id = models.BigIntegerField(null=True)
+    xid = models.BigIntegerField()
+    writer = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["group_id", "xid"], name="snapshotchange_group_xid_idx"),
+                   models.Index(fields=["created_at"], name="snapshotchange_time_idx")]
+
+    def __str__(self) -> str:
+        return f"change to group {self.group_id} by transaction {self.xid}"

@@ -1,0 +1,90 @@
+"""The snapshot kept between passes (PostgreSQL): reused after the pass's own writes, reloaded after
+anyone else's, including a change that was still in flight while the snapshot was loaded."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connections, transaction
+from django.utils import timezone
+
+from nodes.models import Node
+from scheduling import snapshot_cache
+from scheduling.models import Allocation
+from scheduling.scheduler import schedule_pass
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    """How many times a pass loaded the snapshot from the database."""
+    count = [0]
+    real = snapshot_cache.load_snapshot
+
+    def counting(group):
+        count[0] += 1
+        return real(group)
+
+    snapshot_cache.forget()
+    monkeypatch.setattr(snapshot_cache, "load_snapshot", counting)
+    yield count
+    snapshot_cache.forget()
+
+
+def _pending(make_allocation, vcluster):
+    return make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, vcluster=vcluster,
+                           submitted_at=timezone.now())
+
+
+def _node_of(alloc):
+    return list(alloc.placements.values_list("node__name", flat=True))
+
+
+def test_own_writes_keep_the_snapshot_and_others_changes_reload_it(resource_group, vcluster_hpc, two_nodes,
+                                                                    make_allocation, operator, loads):
+    from nodes.actions import node_drain
+
+    schedule_pass(resource_group.pk)
+    schedule_pass(resource_group.pk)
+    assert loads[0] == 1  # nothing changed
+
+    first = _pending(make_allocation, vcluster_hpc)  # a submission is not in the snapshot
+    schedule_pass(resource_group.pk)
+    assert _node_of(first) == ["gpu-a"]
+    schedule_pass(resource_group.pk)
+    assert loads[0] == 1  # the placement was this pass's own write
+
+    node_drain(node=Node.objects.get(name="gpu-b"), actor=operator, reason="maintenance")
+    second = _pending(make_allocation, vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    assert loads[0] == 2
+    assert _node_of(second) == []  # gpu-a is taken and gpu-b drains: it waits
+    assert Allocation.objects.get(pk=second.pk).state == "pending"
+
+
+def test_a_change_in_flight_during_the_load_is_seen_by_the_next_pass(resource_group, vcluster_hpc, two_nodes,
+                                                                     make_allocation, loads):
+    in_flight, commit = threading.Event(), threading.Event()
+
+    def drain_gpu_a_slowly():
+        try:
+            with transaction.atomic():
+                Node.objects.filter(name="gpu-a").update(state="draining")
+                in_flight.set()
+                commit.wait(10)
+        finally:
+            connections.close_all()
+
+    writer = threading.Thread(target=drain_gpu_a_slowly)
+    writer.start()
+    assert in_flight.wait(10)
+    schedule_pass(resource_group.pk)  # loads while the drain is not committed: gpu-a looks ready
+    commit.set()
+    writer.join()
+
+    job = _pending(make_allocation, vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    assert loads[0] == 2  # the late commit made the kept snapshot stale
+    assert _node_of(job) == ["gpu-b"]  # a stale snapshot would have put it on the draining gpu-a
