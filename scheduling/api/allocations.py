@@ -10,29 +10,17 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from scheduling.actions.admission import allocation_cancel, allocation_submit
+from scheduling.api.pagination import NewestFirst, OldestFirst
 from scheduling.api.serializers import AllocationInput, AllocationOutput, EventOutput
 from scheduling.engine import decide
 from scheduling.engine import model as em
 from scheduling.models import Allocation
 from scheduling.selectors import allocations_visible, events_of, redact_decision
 from scheduling.snapshot import load_snapshot
-
-
-class NewestFirst(CursorPagination):
-    ordering = "-id"
-    page_size = 50
-
-
-class OldestFirst(CursorPagination):
-    """History reads forward: the first page is the submission."""
-
-    ordering = "id"
-    page_size = 100
 
 
 class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

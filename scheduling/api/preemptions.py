@@ -5,17 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from rest_framework import viewsets
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from scheduling.api.pagination import NewestFirst
 from scheduling.api.serializers import DecisionOutput
 from scheduling.selectors import LIST_FIELDS, decisions_visible, redact_decision, redact_rows
-
-
-class NewestFirst(CursorPagination):
-    ordering = "-id"
-    page_size = 50
 
 
 class PreemptionViewSet(viewsets.ReadOnlyModelViewSet):
