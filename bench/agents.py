@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WARMUP_S = 3.0
 sys.path.insert(0, str(ROOT))
-from bench.common import free_port, pct  # noqa: E402
+from bench.common import bench_database, free_port, pct  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:
@@ -200,17 +200,7 @@ def main() -> None:
         args.agents, args.fast_agents, args.seconds = 300, 150, 10
     os.sched_setaffinity(0, {1})
 
-    from bench.scheduler import bench_database
-
-    os.environ["DATABASE_URL"] = os.environ.get("DATABASE_URL", "")
-    url = bench_database().replace("_bench", "_agents_bench")
-    import psycopg
-
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
+    url = bench_database("_agents_bench", "bench/agents.py")
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "lattice_site.settings.dev",
            "ALLOWED_HOSTS": "127.0.0.1", "LOG_LEVEL": "ERROR"}
     env.pop("REDIS_URL", None)

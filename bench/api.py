@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import free_port, fresh_database, pct  # noqa: E402
+from bench.common import bench_database, free_port, pct  # noqa: E402
 
 TENANTS = 16
 ALLOCATIONS = 20_000
@@ -236,11 +236,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.small, args.large, args.seconds = 10_000, 100_000, 8
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith(("postgres://", "postgresql://")):
-        sys.stderr.write("bench/api.py needs DATABASE_URL pointing at PostgreSQL\n")
-        sys.exit(2)
-    url = fresh_database(url, "_api_bench")
+    url = bench_database("_api_bench", "bench/api.py")
     os.environ.update({"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "lattice_site.settings.dev", "DEBUG": "false"})
     os.environ.pop("REDIS_URL", None)
     import django

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 from urllib.parse import urlparse, urlunparse
 
 
@@ -28,3 +30,12 @@ def fresh_database(url: str, suffix: str) -> str:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
     return urlunparse(parts._replace(path=f"/{name}"))
+
+
+def bench_database(suffix: str, script: str) -> str:
+    """A fresh database of the script's own next to ``DATABASE_URL``; exit 2 unless it is PostgreSQL."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        sys.stderr.write(f"{script} needs DATABASE_URL pointing at PostgreSQL\n")
+        sys.exit(2)
+    return fresh_database(url, suffix)

@@ -35,7 +35,7 @@ from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import free_port, fresh_database, pct  # noqa: E402
+from bench.common import bench_database, free_port, pct  # noqa: E402
 
 OPERATORS = 10
 REDIS_DB = 5
@@ -270,11 +270,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.agents, args.reports = 100, 30
-    url, redis_url = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
-    if not url.startswith(("postgres://", "postgresql://")) or not redis_url.startswith("redis://"):
-        sys.stderr.write("bench/live.py needs DATABASE_URL (PostgreSQL) and REDIS_URL\n")
+    redis_url = os.environ.get("REDIS_URL", "")
+    if not redis_url.startswith("redis://"):
+        sys.stderr.write("bench/live.py needs REDIS_URL\n")
         sys.exit(2)
-    url = fresh_database(url, "_live_bench")
+    url = bench_database("_live_bench", "bench/live.py")
     redis_url = urlunparse(urlparse(redis_url)._replace(path=f"/{REDIS_DB}"))
     import redis
 

@@ -20,26 +20,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def bench_database() -> str:
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith(("postgres://", "postgresql://")):
-        sys.stderr.write("bench/scheduler.py needs DATABASE_URL pointing at PostgreSQL\n")
-        sys.exit(2)
-    parts = urlparse(url)
-    name = (parts.path.lstrip("/") or "lattice") + "_bench"
-    import psycopg
-
-    admin = urlunparse(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return urlunparse(parts._replace(path=f"/{name}"))
+from bench.common import bench_database  # noqa: E402
 
 
 def setup_django(url: str) -> None:
@@ -237,7 +221,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     n_nodes, n_allocs = (2000, 10_000) if args.quick else (10_000, 50_000)
-    setup_django(bench_database())
+    setup_django(bench_database("_bench", "bench/scheduler.py"))
     t = time.perf_counter()
     ctx = seed(n_nodes, n_allocs)
     print(f"seeded {n_nodes:,} nodes and {n_allocs:,} running allocations in {time.perf_counter() - t:.0f} s")

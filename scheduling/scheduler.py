@@ -129,7 +129,7 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
         queue = pending_queue(group, snap.policy.kind, budget + 1)
         result.more = len(queue) > budget
         holds = _holds(group)
-        _reserve_holds(snap, holds, exclude=None)
+        _reserve_holds(snap, holds)
         quotas = QuotaBook.load()
         codes = last_codes([row["id"] for row in queue[:budget]])
         batch: list[tuple[dict, em.Allocation, Decision]] = []
@@ -162,6 +162,8 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
                 snap.dirty = True
         _flush_fits(snap, batch, now or timezone.now(), result)
         _flush_preempts(snap, staged, result)
+        for alloc_id in holds:  # reservations belong to this pass only
+            _release_reservation(snap, alloc_id)
         snapshot_cache.keep(snap)
     # Keep going while there is progress; otherwise the next event or the sweep resumes.
     progress = (result.more and (result.placed or result.preempted)) or result.busy
@@ -278,12 +280,10 @@ def _holds(group: ResourceGroup) -> dict[int, list[str]]:
     return out
 
 
-def _reserve_holds(snap: Snapshot, holds: dict[int, list[str]], exclude: int | None) -> None:
+def _reserve_holds(snap: Snapshot, holds: dict[int, list[str]]) -> None:
     """Free capacity on held nodes is kept for their preemptor: others see it as taken."""
     cluster = snap.cluster
     for alloc_id, names in holds.items():
-        if alloc_id == exclude:
-            continue
         placement = {}
         for name in names:
             i = cluster.node_index.get(name)

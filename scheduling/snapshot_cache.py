@@ -31,12 +31,7 @@ MAX_AGE_S = 600.0
 KEEP_CHANGES = timedelta(hours=1)  # well past MAX_AGE_S: no kept snapshot predates a deleted change
 
 
-class _Kept:
-    def __init__(self, snap: Snapshot, pg_snapshot: str, loaded: float) -> None:
-        self.snap, self.pg_snapshot, self.loaded = snap, pg_snapshot, loaded
-
-
-_kept: dict[int, _Kept] = {}
+_kept: dict[int, Snapshot] = {}
 
 
 def take(group: ResourceGroup) -> Snapshot:
@@ -44,12 +39,9 @@ def take(group: ResourceGroup) -> Snapshot:
     kept = _kept.pop(group.pk, None)  # popped: a pass that fails leaves nothing behind
     if connection.vendor != "postgresql" or connection.in_atomic_block:
         return load_snapshot(group)  # no consistent database snapshot to compare with later
-    if kept is not None and time.monotonic() - kept.loaded < MAX_AGE_S and not _changed(group.pk, kept):
-        snap = kept.snap
-        snap.group, snap.policy, snap.dirty = group, policy_of(group), False
-        snap.pg_snapshot = kept.pg_snapshot
-        snap.kept_since = kept.loaded
-        return snap
+    if kept is not None and time.monotonic() - kept.kept_since < MAX_AGE_S and not _changed(group.pk, kept):
+        kept.group, kept.policy, kept.dirty = group, policy_of(group), False
+        return kept
     with transaction.atomic():
         with connection.cursor() as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -63,11 +55,9 @@ def take(group: ResourceGroup) -> Snapshot:
 
 
 def keep(snap: Snapshot) -> None:
-    """After a clean pass: keep the snapshot for the next one (pass-local reservations removed)."""
-    for alloc_id in [i for i in snap.cluster.slot_of if i.startswith("hold:")]:
-        snap.cluster.remove(alloc_id)
+    """After a clean pass (its own reservations removed): keep the snapshot for the next one."""
     if snap.writer and not snap.dirty:
-        _kept[snap.group.pk] = _Kept(snap, snap.pg_snapshot, snap.kept_since)
+        _kept[snap.group.pk] = snap
 
 
 def tag_writes(snap: Snapshot) -> None:
@@ -85,13 +75,13 @@ def forget(group_id: int | None = None) -> None:
         _kept.pop(group_id, None)
 
 
-def _changed(group_id: int, kept: _Kept) -> bool:
+def _changed(group_id: int, kept: Snapshot) -> bool:
     with connection.cursor() as cur:
         cur.execute(
             "SELECT EXISTS (SELECT 1 FROM scheduling_snapshotchange WHERE (group_id = %s OR group_id IS NULL) "
             "AND xid >= pg_snapshot_xmin(%s::pg_snapshot)::text::bigint "
             "AND NOT pg_visible_in_snapshot(xid::text::xid8, %s::pg_snapshot) AND writer <> %s)",
-            [group_id, kept.pg_snapshot, kept.pg_snapshot, kept.snap.writer])
+            [group_id, kept.pg_snapshot, kept.pg_snapshot, kept.writer])
         return bool(cur.fetchone()[0])
 
 
