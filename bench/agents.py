@@ -17,18 +17,21 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 WARMUP_S = 3.0
 sys.path.insert(0, str(ROOT))
-from bench.common import bench_database, free_port, pct  # noqa: E402
+from bench.common import bench_database, free_port, pct, use_bench_settings  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:
@@ -91,43 +94,49 @@ class Visibility:
                 time.sleep(self.POLL_S)
 
 
-async def agent(url: str, token: str, rate: float, seconds: float, lat: list[float], acks: list[int],
-                hello: bool = True, node_id: int = 0, seen: Visibility | None = None) -> None:
+async def connect(url: str, token: str, hello: bool) -> Any:
+    """One agent's connection, with its hello acknowledged."""
     import websockets
 
-    async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {token}"},
-                                  max_size=2**16, open_timeout=60) as ws:
-        sent: dict[str, float] = {}
-        if hello:
-            await ws.send(json.dumps({"type": "hello", "id": "h", "agent_version": "bench", "capacity": {},
-                                      "labels": {}, "running": []}))
-            while True:
-                if json.loads(await ws.recv()).get("type") == "ack":
-                    break
+    ws = await websockets.connect(url, additional_headers={"Authorization": f"Bearer {token}"},
+                                  max_size=2**16, open_timeout=60)
+    if hello:
+        await ws.send(json.dumps({"type": "hello", "id": "h", "agent_version": "bench", "capacity": {},
+                                  "labels": {}, "running": []}))
+        while json.loads(await ws.recv()).get("type") != "ack":
+            pass
+    return ws
 
-        warm_until = time.perf_counter() + WARMUP_S  # the connect burst is measured by the reconnect case
 
-        async def reader() -> None:
-            async for text in ws:
-                frame = json.loads(text)
-                t0 = sent.pop(frame.get("id", ""), None)
-                if t0 is not None and t0 >= warm_until:
-                    lat.append(time.perf_counter() - t0)
-                    acks[0] += 1
+async def agent(ws: Any, rate: float, seconds: float, lat: list[float], acks: list[int], node_id: int = 0,
+                seen: Visibility | None = None) -> None:
+    """Heartbeats at ``rate`` per second on a connection made before any agent started sending, so
+    the figures are the steady state (the connect burst is measured by the reconnect case)."""
+    sent: dict[str, float] = {}
+    warm_until = time.perf_counter() + WARMUP_S
 
-        task = asyncio.create_task(reader())
-        end = time.perf_counter() + seconds
-        await asyncio.sleep(1 / rate * (hash(token) % 1000) / 1000)  # spread the agents out
-        while time.perf_counter() < end:
-            frame_id = uuid.uuid4().hex
-            sent[frame_id] = time.perf_counter()
-            seq = time.time_ns() // 1000
-            if seen is not None and sent[frame_id] >= warm_until:
-                seen.record(node_id, seq, sent[frame_id])
-            await ws.send(json.dumps({"type": "heartbeat", "id": frame_id, "seq": seq, "running": []}))
-            await asyncio.sleep(1 / rate)
-        await asyncio.sleep(1.0)
-        task.cancel()
+    async def reader() -> None:
+        async for text in ws:
+            frame = json.loads(text)
+            t0 = sent.pop(frame.get("id", ""), None)
+            if t0 is not None and t0 >= warm_until:
+                lat.append(time.perf_counter() - t0)
+                acks[0] += 1
+
+    task = asyncio.create_task(reader())
+    end = time.perf_counter() + seconds
+    await asyncio.sleep(1 / rate * random.random())  # spread the agents out
+    while time.perf_counter() < end:
+        frame_id = uuid.uuid4().hex
+        sent[frame_id] = time.perf_counter()
+        seq = time.time_ns() // 1000
+        if seen is not None and sent[frame_id] >= warm_until:
+            seen.record(node_id, seq, sent[frame_id])
+        await ws.send(json.dumps({"type": "heartbeat", "id": frame_id, "seq": seq, "running": []}))
+        await asyncio.sleep(1 / rate)
+    await asyncio.sleep(1.0)
+    task.cancel()
+    await ws.close()
 
 
 async def echo_client(url: str, seconds: float, counts: list[int]) -> None:
@@ -152,16 +161,18 @@ async def echo_ceiling(url: str, connections: int, seconds: float) -> float:
 
 
 async def run_load(url: str, tokens: list[str], rate: float, seconds: float, hello: bool = True,
-                   node_ids: list[int] | None = None, seen: Visibility | None = None
-                   ) -> tuple[float, float, float, int]:
+                   node_ids: list[int] | None = None, seen: Visibility | None = None,
+                   on_connected: Callable[[], None] = lambda: None) -> tuple[float, float, float, int]:
     lat: list[float] = []
     acks = [0]
     ids = node_ids or [0] * len(tokens)
-    results = await asyncio.gather(*(agent(url, t, rate, seconds, lat, acks, hello, n, seen)
-                                     for t, n in zip(tokens, ids, strict=True)), return_exceptions=True)
-    failures = [r for r in results if isinstance(r, BaseException)]
+    conns = await asyncio.gather(*(connect(url, t, hello) for t in tokens), return_exceptions=True)
+    failures = [c for c in conns if isinstance(c, BaseException)]
     if failures:
         print(f"  {len(failures)} of {len(tokens)} connections failed, e.g. {failures[0]!r}")
+    on_connected()
+    await asyncio.gather(*(agent(ws, rate, seconds, lat, acks, n, seen)
+                           for ws, n in zip(conns, ids, strict=True) if not isinstance(ws, BaseException)))
     elapsed = seconds - WARMUP_S  # each agent counts acks of the frames it sends in this window
     return acks[0] / elapsed, pct(lat, 0.5), pct(lat, 0.99), acks[0]
 
@@ -169,8 +180,6 @@ async def run_load(url: str, tokens: list[str], rate: float, seconds: float, hel
 async def reconnecting_agent(url: str, token: str, back: list[float]) -> None:
     """As the agent program after losing its server: back off with jitter (1 s doubling, capped at
     30 s) until a hello is acknowledged."""
-    import random
-
     import websockets
 
     backoff = 1.0
@@ -201,11 +210,7 @@ def main() -> None:
     os.sched_setaffinity(0, {1})
 
     url = bench_database("_agents_bench", "bench/agents.py")
-    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "lattice_site.settings.dev",
-           "ALLOWED_HOSTS": "127.0.0.1", "LOG_LEVEL": "ERROR"}
-    env.pop("REDIS_URL", None)
-    os.environ.update({"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "lattice_site.settings.dev"})
-    os.environ.pop("REDIS_URL", None)
+    env = use_bench_settings(url)
     import django
 
     django.setup()
@@ -236,12 +241,17 @@ def main() -> None:
     server = start_server("lattice_site.asgi:application", port, env)
     try:
         base_rss = rss_mb(server.pid)
-        cpu0 = cpu_seconds(server.pid)
+        cpu0 = 0.0
+
+        def mark() -> None:  # server CPU is counted from when every agent is connected
+            nonlocal cpu0
+            cpu0 = cpu_seconds(server.pid)
+
         node_ids = [n.pk for n in nodes[: args.agents]]
         seen = Visibility(url, node_ids[:: max(1, len(node_ids) // 100)])
         seen.thread.start()
         rate, p50, p99, n = asyncio.run(run_load(ws_url, tokens[: args.agents], 0.2, args.seconds,
-                                                 node_ids=node_ids, seen=seen))
+                                                 node_ids=node_ids, seen=seen, on_connected=mark))
         seen.stop.set()
         seen.thread.join()
         cpu = cpu_seconds(server.pid) - cpu0
@@ -250,8 +260,8 @@ def main() -> None:
               f"memory {(rss_mb(server.pid) - base_rss) * 1024 / args.agents:.0f} KiB/connection")
         print(f"  heartbeat visible in the database ({len(seen.delays)} samples on {len(seen.watched)} nodes): "
               f"p50 {pct(seen.delays, 0.5) * 1e3:.1f} ms, p99 {pct(seen.delays, 0.99) * 1e3:.1f} ms (goal 250 ms)")
-        cpu0 = cpu_seconds(server.pid)
-        rate, p50, p99, n = asyncio.run(run_load(ws_url, tokens[: args.fast_agents], 4, args.seconds))
+        rate, p50, p99, n = asyncio.run(run_load(ws_url, tokens[: args.fast_agents], 4, args.seconds,
+                                                 on_connected=mark))
         cpu = cpu_seconds(server.pid) - cpu0
         print(f"{args.fast_agents:,} agents at 4 heartbeats/s: {rate:,.0f} frames/s (goal 4,000; "
               f"{rate / rate_echo:.2f}x echo, goal 0.5), ack p99 {p99 * 1e3:.1f} ms (goal 100 ms), "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import random
 import socket
 import subprocess
@@ -30,7 +29,7 @@ from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import bench_database, free_port, pct  # noqa: E402
+from bench.common import bench_database, free_port, pct, use_bench_settings  # noqa: E402
 
 TENANTS = 16
 ALLOCATIONS = 20_000
@@ -237,8 +236,7 @@ def main() -> None:
     if args.quick:
         args.small, args.large, args.seconds = 10_000, 100_000, 8
     url = bench_database("_api_bench", "bench/api.py")
-    os.environ.update({"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "lattice_site.settings.dev", "DEBUG": "false"})
-    os.environ.pop("REDIS_URL", None)
+    env = use_bench_settings(url)
     import django
 
     django.setup()
@@ -246,7 +244,6 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     tokens = setup_tenants()
-    env = {**os.environ, "ALLOWED_HOSTS": "127.0.0.1", "LOG_LEVEL": "ERROR"}
     port = free_port()
     results = []
     filled = 1

@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: percentiles, a free port, a fresh database of their own."""
+"""What the benchmark scripts share: percentiles, a free port, a fresh database of their own, and
+the settings the servers they start run under."""
 
 from __future__ import annotations
 
@@ -39,3 +40,16 @@ def bench_database(suffix: str, script: str) -> str:
         sys.stderr.write(f"{script} needs DATABASE_URL pointing at PostgreSQL\n")
         sys.exit(2)
     return fresh_database(url, suffix)
+
+
+def use_bench_settings(url: str, redis_url: str = "", log_level: str = "ERROR") -> dict[str, str]:
+    """Point this process (and the servers it starts, which inherit its environment) at ``url``
+    with the development settings as deployed: DEBUG off, so Django neither records nor formats
+    every query. Returns the environment for subprocesses."""
+    os.environ.update({"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "lattice_site.settings.dev",
+                       "DEBUG": "false", "ALLOWED_HOSTS": "127.0.0.1", "LOG_LEVEL": log_level})
+    if redis_url:
+        os.environ["REDIS_URL"] = redis_url
+    else:
+        os.environ.pop("REDIS_URL", None)  # the in-process channel layer
+    return dict(os.environ)

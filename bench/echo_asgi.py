@@ -10,8 +10,10 @@ from django.urls import path
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lattice_site.settings.dev")
 django.setup()
 
+from lattice_site.consumers import DirectDispatch  # noqa: E402
 
-class Echo(AsyncWebsocketConsumer):
+
+class Echo(DirectDispatch, AsyncWebsocketConsumer):  # dispatched as Lattice's consumers are
     async def receive(self, text_data=None, bytes_data=None):
         await self.send(text_data=text_data)
 

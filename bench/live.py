@@ -35,7 +35,7 @@ from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import bench_database, free_port, pct  # noqa: E402
+from bench.common import bench_database, free_port, pct, use_bench_settings  # noqa: E402
 
 OPERATORS = 10
 REDIS_DB = 5
@@ -279,8 +279,7 @@ def main() -> None:
     import redis
 
     redis.Redis.from_url(redis_url).flushdb()
-    os.environ.update({"DATABASE_URL": url, "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "lattice_site.settings.dev",
-                       "DEBUG": "false", "ALLOWED_HOSTS": "127.0.0.1", "LOG_LEVEL": "ERROR"})
+    env = use_bench_settings(url, redis_url)
     import django
 
     django.setup()
@@ -289,7 +288,6 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     data = prepare(args.agents, args.reports)
     port = free_port()
-    env = dict(os.environ)
     worker_env = {**env, "DB_STATEMENT_TIMEOUT_MS": "60000"}  # as the worker is started in production
     procs = [subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                                "lattice_site.asgi:application"], cwd=ROOT, env=env,

@@ -14,7 +14,6 @@ and fitting throughput while high-class preemptors arrive at 5 per second
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 import threading
@@ -23,14 +22,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import bench_database  # noqa: E402
+from bench.common import bench_database, use_bench_settings  # noqa: E402
 
 
 def setup_django(url: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ.pop("REDIS_URL", None)  # in-process layer: the bench measures the pass, not a broker
-    os.environ["DJANGO_SETTINGS_MODULE"] = "lattice_site.settings.dev"
-    os.environ["LOG_LEVEL"] = "WARNING"
+    use_bench_settings(url, log_level="WARNING")  # in-process layer: the bench measures the pass, not a broker
     import django
 
     django.setup()

@@ -16,6 +16,7 @@ from typing import Any
 from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from lattice_site.consumers import DirectDispatch
 from nodes import actions
 from nodes.heartbeats import batcher
 from nodes.models import Node
@@ -37,7 +38,7 @@ def in_pool(fn: Any) -> Any:
     return DatabaseSyncToAsync(fn, thread_sensitive=False)
 
 
-class AgentConsumer(AsyncWebsocketConsumer):
+class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
     node: Node | None = None
 
     async def connect(self) -> None:

@@ -1,9 +1,10 @@
 """Heartbeats, persisted in batches: one lock and one UPDATE for many frames.
 
-Each process writes heartbeats as a group commit: in one transaction it
-locks the nodes' rows, accepts each heartbeat whose seq is greater than the last
-accepted (in arrival order, so a repeat or an older seq is STALE_SEQUENCE), and
-writes them all at once. Every frame is acknowledged only after that commit.
+Each process writes heartbeats as a group commit: in one transaction (on
+PostgreSQL one statement) it locks the nodes' rows, accepts each heartbeat whose
+seq is greater than the last accepted (in arrival order, so a repeat or an older
+seq is STALE_SEQUENCE), and writes them all at once. Every frame is acknowledged
+only after that commit.
 """
 
 from __future__ import annotations
@@ -22,38 +23,58 @@ FLUSH_AT = 500  # at most this many heartbeats per statement
 
 def persist(batch: list[tuple[int, int]], now: datetime) -> list[bool]:
     """Apply (node id, seq) heartbeats in order; returns, per heartbeat, whether it was accepted."""
+    if connection.vendor == "postgresql":
+        last = _write_postgresql(batch, now)
+        return _judge(batch, last)
     ids = sorted({node_id for node_id, _ in batch})
-    with transaction.atomic():
+    with transaction.atomic():  # SQLite (the embedded mode): few agents
         last = dict(Node.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk", "last_seq"))
-        accepted = []
-        for node_id, seq in batch:
-            ok = node_id in last and seq > last[node_id]
-            if ok:
-                last[node_id] = seq
-            accepted.append(ok)
+        accepted = _judge(batch, last)
         changed = {node_id: last[node_id] for (node_id, _), ok in zip(batch, accepted, strict=True) if ok}
-        if changed:
-            _write(changed, now)
+        for node_id, seq in changed.items():
+            Node.objects.filter(pk=node_id).update(last_seq=seq, last_heartbeat_at=now)
+        Node.objects.filter(pk__in=list(changed), state__in=[NodeState.DEGRADED, NodeState.UNKNOWN]).update(
+            state=NodeState.READY)
     return accepted
 
 
-def _write(changed: dict[int, int], now: datetime) -> None:
+def _judge(batch: list[tuple[int, int]], last: dict[int, int | None]) -> list[bool]:
+    """In arrival order, a heartbeat is accepted when its seq is greater than the last accepted one
+    of its node; ``last`` (the nodes' stored seqs; a missing node accepts nothing) is advanced."""
+    accepted = []
+    for node_id, seq in batch:
+        previous = last.get(node_id, seq)
+        ok = node_id in last and (previous is None or seq > previous)
+        if ok:
+            last[node_id] = seq
+        accepted.append(ok)
+    return accepted
+
+
+def _write_postgresql(batch: list[tuple[int, int]], now: datetime) -> dict[int, int | None]:
+    """One statement, one round trip: lock the batch's nodes in id order, advance each to the
+    greatest seq of the batch where that is greater than the stored one, and return the stored
+    seq as it was before (to judge each heartbeat of the batch in order). A node whose every
+    heartbeat is stale is locked and returned, not written."""
+    newest: dict[int, int] = {}
+    for node_id, seq in batch:
+        newest[node_id] = max(seq, newest.get(node_id, seq))
+    values = ", ".join(["(%s, %s)"] * len(newest))
+    params: list[object] = []
+    for node_id, seq in sorted(newest.items()):
+        params += [node_id, seq]
     table = Node._meta.db_table
-    if connection.vendor == "postgresql":
-        values = ", ".join(["(%s, %s)"] * len(changed))
-        params: list[object] = [now]
-        for node_id, seq in changed.items():
-            params += [node_id, seq]
-        with connection.cursor() as cur:
-            cur.execute(
-                f"UPDATE {table} AS n SET last_seq = v.seq::bigint, last_heartbeat_at = %s, "
-                f"state = CASE WHEN n.state IN ('degraded', 'unknown') THEN 'ready' ELSE n.state END "
-                f"FROM (VALUES {values}) AS v(id, seq) WHERE n.id = v.id::bigint", params)
-        return
-    for node_id, seq in changed.items():  # SQLite (the embedded mode): few agents
-        Node.objects.filter(pk=node_id).update(last_seq=seq, last_heartbeat_at=now)
-    Node.objects.filter(pk__in=list(changed), state__in=[NodeState.DEGRADED, NodeState.UNKNOWN]).update(
-        state=NodeState.READY)
+    with connection.cursor() as cur:
+        cur.execute(
+            f"WITH v(id, seq) AS (VALUES {values}), "
+            f"old AS (SELECT n.id, n.last_seq FROM {table} n WHERE n.id IN (SELECT v.id::bigint FROM v) "
+            f"ORDER BY n.id FOR UPDATE), "
+            f"written AS (UPDATE {table} AS n SET last_seq = v.seq::bigint, last_heartbeat_at = %s, "
+            f"state = CASE WHEN n.state IN ('degraded', 'unknown') THEN 'ready' ELSE n.state END "
+            f"FROM v JOIN old ON old.id = v.id::bigint "
+            f"WHERE n.id = old.id AND (old.last_seq IS NULL OR v.seq::bigint > old.last_seq) RETURNING n.id) "
+            f"SELECT id, last_seq FROM old", [*params, now])
+        return {int(node_id): last for node_id, last in cur.fetchall()}
 
 
 class Batcher:

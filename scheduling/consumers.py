@@ -16,13 +16,14 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from lattice_site.consumers import DirectDispatch
 from scheduling.api.permissions import is_operator
 from scheduling.dispatch import OPS_GROUP, subscribe, tenant_group
 
 COALESCE_S = 0.025
 
 
-class LiveConsumer(AsyncJsonWebsocketConsumer):
+class LiveConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
     groups_joined: list[str]
     pending: list[dict[str, Any]]
     flusher: asyncio.Task[None] | None = None

@@ -109,6 +109,33 @@ def test_heartbeat_sequence_must_increase(agent_node):
     assert node.last_seq == 5
 
 
+def test_frames_are_handled_without_a_hop_to_the_shared_sync_thread(agent_node, monkeypatch):
+    """Channels closes stale connections before every message by a hop to its one sync thread;
+    the agent consumer's database work closes them in its own thread instead."""
+    import channels.consumer
+
+    hops = []
+
+    async def counted() -> None:
+        hops.append(1)
+
+    monkeypatch.setattr(channels.consumer, "aclose_old_connections", counted)
+    node, token = agent_node
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        replies = [await _send(comm, {"type": "heartbeat", "id": f"b{i}", "seq": i, "running": []})
+                   for i in range(1, 4)]
+        await comm.disconnect()
+        return replies
+
+    assert run(scenario) == [{"type": "ack", "id": f"b{i}"} for i in range(1, 4)]
+    assert hops == []
+    node.refresh_from_db()
+    assert node.last_seq == 3
+
+
 @pytest.mark.parametrize("raw", [
     "not json", "[1, 2]", json.dumps({"type": "dance", "id": "x"}),
     json.dumps({"type": "heartbeat", "id": "x", "seq": "7", "running": []}),

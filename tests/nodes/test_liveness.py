@@ -78,3 +78,21 @@ def test_batched_heartbeats_are_judged_in_arrival_order(node_gpu_a, resource_gro
     other.refresh_from_db()
     assert (node_gpu_a.last_seq, other.last_seq, other.state) == (9, 3, "ready")
     assert persist([(other.pk, 3)], now) == [False]
+
+
+def test_a_batch_never_writes_a_stale_node_nor_one_that_is_gone(node_gpu_a, resource_group):
+    from nodes.heartbeats import persist
+
+    draining = Node.objects.create(name="gpu-b", resource_group=resource_group, gpu=8, state="draining")
+    gone = Node.objects.create(name="gpu-c", resource_group=resource_group, gpu=8, state="ready")
+    gone_id = gone.pk
+    gone.delete()
+    earlier = timezone.now() - timedelta(minutes=1)
+    assert persist([(node_gpu_a.pk, 7), (draining.pk, 2)], earlier) == [True, True]
+    now = timezone.now()
+    assert persist([(node_gpu_a.pk, 6), (gone_id, 1), (draining.pk, 3), (node_gpu_a.pk, 7)], now) == [
+        False, False, True, False]
+    node_gpu_a.refresh_from_db()
+    draining.refresh_from_db()
+    assert (node_gpu_a.last_seq, node_gpu_a.last_heartbeat_at) == (7, earlier)  # every heartbeat stale
+    assert (draining.last_seq, draining.last_heartbeat_at, draining.state) == (3, now, "draining")
