@@ -99,25 +99,41 @@ def _redact(row: dict[str, Any], victim_tenant: dict[int, int], mine: set[int] |
 
 
 def redact_decision(record: PreemptionDecision, user: Any) -> dict[str, Any]:
-    """One decision record in full as ``user`` may read it: other tenants' work is named only by
-    class; candidates only the reader's own (others counted), the policy only for operators."""
-    preemptor = record.preemptor
-    row = {f: getattr(record, f) for f in ("id", "created_at", "decided_for", "result", "code", "trigger",
-                                           "nodes", "borrowed", "outcome", "victims", "explanation",
-                                           "preemptor_id")}
-    row.update(resource_group__name=record.resource_group.name,
-               preemptor__tenant_id=preemptor.tenant_id if preemptor else None,
-               preemptor__preemption_class=preemptor.preemption_class if preemptor else None)
+    """One decision record in full as ``user`` may read it (see ``redact_decisions``)."""
+    return redact_decisions([record], user)[0]
+
+
+def redact_decisions(records: list[PreemptionDecision], user: Any) -> list[dict[str, Any]]:
+    """Decision records in full as ``user`` may read them: other tenants' work is named only by
+    class; candidates only the reader's own (others counted), the policy only for operators.
+    Two queries for any number of records (select ``preemptor`` and ``resource_group`` with them)."""
+    rows = []
+    for record in records:
+        preemptor = record.preemptor
+        row = {f: getattr(record, f) for f in ("id", "created_at", "decided_for", "result", "code", "trigger",
+                                               "nodes", "borrowed", "outcome", "victims", "explanation",
+                                               "preemptor_id")}
+        row.update(resource_group__name=record.resource_group.name,
+                   preemptor__tenant_id=preemptor.tenant_id if preemptor else None,
+                   preemptor__preemption_class=preemptor.preemption_class if preemptor else None)
+        rows.append(row)
     if is_operator(user):
-        return {**_redact(row, {}, None), "candidates": record.candidates, "policy": record.policy_snapshot}
+        return [{**_redact(row, {}, None), "candidates": record.candidates, "policy": record.policy_snapshot}
+                for row, record in zip(rows, records, strict=True)]
     mine = set(tenant_ids(user))
-    victims = victim_tenants([record.pk]).get(record.pk, {})
-    body = _redact(row, victims, mine)
-    own_ids = {str(i) for i, t in victims.items() if t in mine}
-    if row["preemptor__tenant_id"] in mine:
-        own_ids |= set(map(str, Allocation.objects.filter(
-            tenant_id__in=mine, pk__in=[int(c["id"]) for c in record.candidates if "id" in c]
-        ).values_list("pk", flat=True)))
-    candidates = [c for c in record.candidates if c.get("id") in own_ids]
-    hidden = len([c for c in record.candidates if "id" in c]) - len(candidates)
-    return {**body, "candidates": candidates, "other_candidates": hidden}
+    victims = victim_tenants([record.pk for record in records])
+    # Candidates of the reader's own decisions that are the reader's own work, in one query.
+    asked = {int(c["id"]) for row, record in zip(rows, records, strict=True)
+             if row["preemptor__tenant_id"] in mine for c in record.candidates if "id" in c}
+    own_work = set(map(str, Allocation.objects.filter(tenant_id__in=mine, pk__in=asked).values_list(
+        "pk", flat=True))) if asked else set()
+    out = []
+    for row, record in zip(rows, records, strict=True):
+        chosen = victims.get(record.pk, {})
+        own_ids = {str(i) for i, t in chosen.items() if t in mine}
+        if row["preemptor__tenant_id"] in mine:
+            own_ids |= {c["id"] for c in record.candidates if c.get("id") in own_work}
+        candidates = [c for c in record.candidates if c.get("id") in own_ids]
+        hidden = len([c for c in record.candidates if "id" in c]) - len(candidates)
+        out.append({**_redact(row, chosen, mine), "candidates": candidates, "other_candidates": hidden})
+    return out

@@ -19,7 +19,7 @@ from scheduling.api.serializers import AllocationInput, AllocationOutput, EventO
 from scheduling.engine import decide
 from scheduling.engine import model as em
 from scheduling.models import Allocation
-from scheduling.selectors import allocations_visible, events_of, redact_decision
+from scheduling.selectors import allocations_visible, events_of, redact_decisions
 from scheduling.snapshot import load_snapshot
 
 
@@ -66,12 +66,14 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         """Why it waits (its latest decision) and why it was preempted (each decision that chose it)."""
         alloc = self.get_object()
         latest = alloc.decisions.select_related("preemptor", "resource_group").order_by("-id").first()
-        preempted = alloc.preempted_in.select_related("preemptor", "resource_group").order_by("id")
+        preempted = list(alloc.preempted_in.select_related("preemptor", "resource_group").order_by("id"))
+        shown = redact_decisions([latest, *preempted] if latest else preempted, request.user)
+        latest_shown = shown.pop(0) if latest else None
         return Response({
             "allocation": alloc.pk, "state": alloc.state,
-            "waiting": redact_decision(latest, request.user) if latest and alloc.state == "pending" else None,
-            "latest_decision": redact_decision(latest, request.user) if latest else None,
-            "preemptions": [redact_decision(d, request.user) for d in preempted],
+            "waiting": latest_shown if alloc.state == "pending" else None,
+            "latest_decision": latest_shown,
+            "preemptions": shown,
         })
 
     @extend_schema(request=AllocationInput, responses={200: OpenApiTypes.OBJECT})

@@ -15,21 +15,30 @@ from scheduling.api.allocations import _request, _visible
 from scheduling.api.serializers import AllocationInput
 from scheduling.engine import decide
 from scheduling.errors import DomainError
-from scheduling.models import Allocation, ResourceGroup
-from scheduling.selectors import allocations_visible, events_of, redact_decision, tenant_ids
+from scheduling.models import Allocation, Placement, ResourceGroup
+from scheduling.selectors import (
+    allocations_visible,
+    events_of,
+    redact_decision,
+    redact_decisions,
+    tenant_ids,
+)
 from scheduling.snapshot import load_snapshot
 
 
-def _risk(alloc: Allocation) -> dict[str, Any]:
-    above = 10 - alloc.preemption_class
-    borrowed = alloc.placements.filter(node__borrowed_by__isnull=False).exists()
-    return {"protected_until": alloc.protected_until, "borrowed": borrowed, "classes_above": above}
+def _risks(allocs: list[Allocation]) -> list[dict[str, Any]]:
+    """Each allocation's preemption risk: protected until, on a borrowed node, classes above it
+    (one query for any number of allocations)."""
+    on_borrowed = set(Placement.objects.filter(allocation__in=allocs, node__borrowed_by__isnull=False)
+                      .values_list("allocation_id", flat=True))
+    return [{"protected_until": a.protected_until, "borrowed": a.pk in on_borrowed,
+             "classes_above": 10 - a.preemption_class} for a in allocs]
 
 
 @login_required
 def jobs(request: HttpRequest) -> HttpResponse:
-    mine = allocations_visible(request.user).filter(tenant_id__in=tenant_ids(request.user)).order_by("-id")[:100]
-    return render(request, "jobs/list.html", {"jobs": [(a, _risk(a)) for a in mine]})
+    mine = list(allocations_visible(request.user).filter(tenant_id__in=tenant_ids(request.user)).order_by("-id")[:100])
+    return render(request, "jobs/list.html", {"jobs": list(zip(mine, _risks(mine), strict=True))})
 
 
 @login_required
@@ -37,11 +46,11 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     alloc = allocations_visible(request.user).filter(pk=pk).first()
     if alloc is None:
         raise Http404("no such allocation")
-    preemptions = [redact_decision(d, request.user) for d in alloc.preempted_in.select_related(
-        "preemptor", "resource_group").order_by("id")]
+    preemptions = redact_decisions(list(alloc.preempted_in.select_related(
+        "preemptor", "resource_group").order_by("id")), request.user)
     latest = alloc.decisions.select_related("preemptor", "resource_group").order_by("-id").first()
     return render(request, "jobs/detail.html", {
-        "job": alloc, "risk": _risk(alloc), "events": events_of(alloc), "preemptions": preemptions,
+        "job": alloc, "risk": _risks([alloc])[0], "events": events_of(alloc), "preemptions": preemptions,
         "waiting": redact_decision(latest, request.user) if latest and alloc.state == "pending" else None})
 
 

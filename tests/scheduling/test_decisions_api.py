@@ -100,3 +100,34 @@ def test_allocation_history_is_paged_oldest_first(api_for, make_allocation):
     reasons = [e["reason"] for e in first["results"] + second["results"]]
     assert reasons[-150:] == [f"step {i}" for i in range(150)]
     assert second["next"] is None
+
+
+def test_explain_reads_every_preemption_redacted_in_a_fixed_number_of_queries(cross_tenant_preemption, api_for):
+    """An allocation preempted many times: its explanation costs the same queries as one preemption's,
+    and each record is redacted for the victim's tenant."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    low, high, first = cross_tenant_preemption
+    client = api_for("alice")
+
+    def explain() -> tuple[dict, int]:
+        with CaptureQueriesContext(connection) as queries:
+            body = client.get(f"/api/v1/allocations/{low.pk}/explain/").json()
+        return body, len(queries)
+
+    once, cost_once = explain()
+    for _ in range(5):  # the same victim chosen again by later decisions
+        record = PreemptionDecision.objects.create(
+            resource_group=first.resource_group, preemptor=high, decided_for=timezone.now(), result="preempt",
+            code=first.code, nodes=first.nodes, victims=first.victims, candidates=first.candidates,
+            explanation=first.explanation)
+        record.victim_allocations.add(low)
+    many, cost_many = explain()
+    assert len(once["preemptions"]) == 1 and len(many["preemptions"]) == 6
+    assert cost_many == cost_once
+    for shown in many["preemptions"]:
+        assert shown["preemptor"] == "a class-7 allocation of another tenant"
+        assert shown["victims"][0]["id"] == str(low.pk)
+        assert {c["id"] for c in shown["candidates"]} <= {str(low.pk)}
+        assert "policy" not in shown
