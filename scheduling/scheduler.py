@@ -24,7 +24,7 @@ from django.db.models import Case, JSONField, Value, When
 from django.utils import timezone
 
 from scheduling import snapshot_cache
-from scheduling.actions.preemption import allocation_hold, allocation_place, allocations_preempt
+from scheduling.actions.preemption import allocation_place, allocations_hold, preempt_for
 from scheduling.dispatch import event_on_commit
 from scheduling.engine import Decision, decide
 from scheduling.engine import model as em
@@ -362,12 +362,12 @@ def _write_preempts(snap: Snapshot, batch: list[Staged]) -> list[PreemptionDecis
     group = snap.group
     records = save_records([(record, row["tenant_id"], [int(v.id) for v in decision.victims])
                             for row, decision, record in batch])
+    if not group.shadow:  # every victim of the batch asked at once, every hold written at once
+        preempt_for([(record, record.decided_for, [(int(v.id), v.action) for v in decision.victims])
+                     for (_, decision, _), record in zip(batch, records, strict=True)],
+                    checkpoint_timeout_s=snap.policy.checkpoint_timeout_minutes * 60)
+        allocations_hold({row["id"]: [snap.node_ids[n] for n in decision.nodes] for row, decision, _ in batch})
     for (row, decision, _), record in zip(batch, records, strict=True):
-        if not group.shadow:
-            allocations_preempt(victims=[(int(v.id), v.action) for v in decision.victims], decision=record,
-                                now=record.decided_for,
-                                checkpoint_timeout_s=snap.policy.checkpoint_timeout_minutes * 60)
-            allocation_hold(allocation=Allocation(pk=row["id"]), node_ids=snap.node_ids, nodes=list(decision.nodes))
         event_on_commit("decision", {"decision": record.pk, "preemptor": row["id"], "code": decision.code,
                                      "victims": [v.id for v in decision.victims], "shadow": group.shadow},
                         row["tenant_id"])

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from scheduling.errors import InvalidTransition
@@ -64,23 +65,37 @@ def allocations_transition(
     decision: PreemptionDecision | None = None,
     now: datetime | None = None,
     fields: dict[str, Any] | None = None,
+    each: dict[int, dict[str, Any]] | None = None,
+    decision_of: dict[int, PreemptionDecision | None] | None = None,
 ) -> None:
     """``allocation_transition`` for many allocations in the same state, in two statements.
 
-    All move or none: if any of them is no longer in ``from_state`` (a racing report, a
-    cancel), InvalidTransition is raised and the transaction writes nothing.
+    ``fields`` are written to every row; ``each`` gives values that differ per row (every row
+    the same keys, ``state_changed_at`` among them if the moment differs), and ``decision_of``
+    each row's decision for its event. All move or none: if any of them is no longer in
+    ``from_state`` (a racing report, a cancel), InvalidTransition is raised and the
+    transaction writes nothing.
     """
     if not allowed(from_state, to):
         raise InvalidTransition(f"allocations cannot go from {from_state} to {to}", from_state=from_state,
                                 to_state=to)
     moment = now or timezone.now()
     wanted = set(ids)
+    changes: dict[str, Any] = {"state": to, "state_changed_at": moment, **(fields or {})}
+    if each:
+        for key in next(iter(each.values())):
+            field = Allocation._meta.get_field(key)
+            values = {pk: getattr(row[key], "pk", row[key]) for pk, row in each.items()}
+            if all(v is None for v in values.values()):  # an untyped NULL in a CASE reads as text
+                changes[field.attname] = None
+                continue
+            changes[field.attname] = Case(*[When(pk=pk, then=Value(
+                v, output_field=field.target_field if field.is_relation else field)) for pk, v in values.items()])
     with transaction.atomic():
-        updated = Allocation.objects.filter(pk__in=wanted, state=from_state).update(
-            state=to, state_changed_at=moment, **(fields or {}))
+        updated = Allocation.objects.filter(pk__in=wanted, state=from_state).update(**changes)
         if updated != len(wanted):
             raise InvalidTransition(f"{len(wanted) - updated} of {len(wanted)} allocations are no longer "
                                     f"{from_state}", from_state=from_state, to_state=to)
         AllocationEvent.objects.bulk_create([
             AllocationEvent(allocation_id=pk, from_state=from_state, to_state=to, reason=reason[:255],
-                            decision=decision) for pk in sorted(wanted)])
+                            decision=(decision_of or {}).get(pk, decision)) for pk in sorted(wanted)])

@@ -93,14 +93,29 @@ def allocation_preempt(*, allocation: Allocation, decision: PreemptionDecision |
 
 def allocations_preempt(*, victims: list[tuple[int, str]], decision: PreemptionDecision | None,
                         checkpoint_timeout_s: float, now: datetime | None = None) -> None:
-    """Ask a decision's victims to leave, together: one row lock for all of them, one update per
-    action and one insert of events (not a round of statements per victim). ``victims`` holds
-    (allocation id, "checkpoint" or "terminate"). All are asked or, if one is no longer running,
-    none (Conflict)."""
+    """Ask a decision's victims to leave, together. ``victims`` holds (allocation id,
+    "checkpoint" or "terminate"). All are asked or, if one is no longer running, none
+    (Conflict)."""
+    preempt_for([(decision, now or timezone.now(), victims)], checkpoint_timeout_s=checkpoint_timeout_s)
+
+
+Chosen = tuple[PreemptionDecision | None, datetime, list[tuple[int, str]]]
+
+
+def preempt_for(decisions: list[Chosen], *, checkpoint_timeout_s: float) -> None:
+    """Ask the victims of many decisions to leave, in one transaction: one row lock for all of
+    them, one update per action and one insert of events (not a round of statements per victim
+    or per decision). Each entry is (decision, its moment, its victims). All are asked or, if one
+    is no longer running or is chosen twice, none (Conflict)."""
     from scheduling.dispatch import agent_commands_on_commit
 
-    moment = now or timezone.now()
-    ids = sorted(pk for pk, _ in victims)
+    chosen: dict[int, tuple[PreemptionDecision | None, datetime, str]] = {}
+    for decision, moment, victims in decisions:
+        for pk, action in victims:
+            if pk in chosen:
+                raise Conflict(f"victim {pk} is chosen by two decisions")
+            chosen[pk] = (decision, moment, action)
+    ids = sorted(chosen)
     with transaction.atomic():
         rows = {a.pk: a for a in Allocation.objects.select_for_update().filter(pk__in=ids).order_by("pk")
                 .only("id", "state", "tenant_id")}
@@ -114,39 +129,50 @@ def allocations_preempt(*, victims: list[tuple[int, str]], decision: PreemptionD
             nodes.setdefault(alloc_id, []).append(name)
         commands: list[tuple[str, dict[str, Any]]] = []
         for action in ("checkpoint", "terminate"):
-            group = [pk for pk, a in victims if a == action]
+            group = [pk for pk in ids if chosen[pk][2] == action]
             if not group:
                 continue
+            grace = checkpoint_timeout_s if action == "checkpoint" else TERMINATE_GRACE_S + 5
+            deadline = {pk: chosen[pk][1] + timedelta(seconds=grace) for pk in group}
+            each: dict[int, dict[str, Any]] = {pk: {"state_changed_at": chosen[pk][1], "deadline_at": deadline[pk],
+                                                    "preempted_by": chosen[pk][0]} for pk in group}
             if action == "checkpoint":
-                to, deadline = State.CHECKPOINTING, moment + timedelta(seconds=checkpoint_timeout_s)
-                allocations_transition(ids=group, from_state=State.RUNNING, to=to, reason="preempted: checkpoint",
-                                       decision=decision, now=moment,
-                                       fields={"deadline_at": deadline, "preempted_by": decision,
-                                               "checkpoint_started_at": moment, "deadline_extended": False,
-                                               "deferred_seconds": 0, "checkpoint_progress_at": None})
+                to = State.CHECKPOINTING
+                for pk in group:
+                    each[pk]["checkpoint_started_at"] = chosen[pk][1]
+                fields = {"deadline_extended": False, "deferred_seconds": 0, "checkpoint_progress_at": None}
             else:
-                to, deadline = State.TERMINATING, moment + timedelta(seconds=TERMINATE_GRACE_S + 5)
-                allocations_transition(ids=group, from_state=State.RUNNING, to=to, reason="preempted: terminate",
-                                       decision=decision, now=moment,
-                                       fields={"deadline_at": deadline, "preempted_by": decision})
+                to, fields = State.TERMINATING, {}
+            allocations_transition(ids=group, from_state=State.RUNNING, to=to, reason=f"preempted: {action}",
+                                   fields=fields, each=each, decision_of={pk: chosen[pk][0] for pk in group})
             for pk in group:
-                frame = ({"type": "checkpoint", "allocation": str(pk), "deadline": deadline.isoformat(),
+                frame = ({"type": "checkpoint", "allocation": str(pk), "deadline": deadline[pk].isoformat(),
                           "reason": "preempted"} if action == "checkpoint" else
                          {"type": "terminate", "allocation": str(pk), "grace_s": TERMINATE_GRACE_S})
                 commands += [(name, frame) for name in nodes.get(pk, [])]
-                task_on_commit(_deadline_task(), pk, countdown=(deadline - moment).total_seconds() + 1)
+                task_on_commit(_deadline_task(), pk, countdown=grace + 1)
                 event_on_commit("allocation.state", {"allocation": pk, "state": to}, rows[pk].tenant_id)
         agent_commands_on_commit(commands)
 
 
 def allocation_hold(*, allocation: Allocation, node_ids: dict[str, int], nodes: list[str]) -> None:
     """Reserve the nodes being freed for a waiting preemptor (no one else takes them)."""
+    allocations_hold({allocation.pk: [node_ids[n] for n in nodes]})
+
+
+def allocations_hold(holds: dict[int, list[int]]) -> None:
+    """``allocation_hold`` for many preemptors (allocation id -> node ids), in three statements:
+    holds on other nodes are dropped, missing ones added (a node already placed is kept)."""
     with transaction.atomic():
-        Placement.objects.filter(allocation=allocation, kind="held").exclude(
-            node_id__in=[node_ids[n] for n in nodes]).delete()
-        existing = set(Placement.objects.filter(allocation=allocation).values_list("node_id", flat=True))
-        Placement.objects.bulk_create([Placement(allocation=allocation, node_id=node_ids[n], kind="held")
-                                       for n in nodes if node_ids[n] not in existing])
+        existing = list(Placement.objects.filter(allocation_id__in=list(holds)).values_list(
+            "id", "allocation_id", "node_id", "kind"))
+        stale = [pid for pid, alloc_id, node_id, kind in existing if kind == "held" and node_id not in holds[alloc_id]]
+        if stale:
+            Placement.objects.filter(pk__in=stale).delete()
+        kept = {(alloc_id, node_id) for pid, alloc_id, node_id, _ in existing if pid not in set(stale)}
+        Placement.objects.bulk_create([Placement(allocation_id=alloc_id, node_id=node_id, kind="held")
+                                       for alloc_id, node_ids in holds.items() for node_id in node_ids
+                                       if (alloc_id, node_id) not in kept])
 
 
 def allocation_release(*, allocation: Allocation, command: str | None = None) -> None:

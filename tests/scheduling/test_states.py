@@ -93,3 +93,48 @@ def test_preempting_several_victims_is_all_or_nothing(make_allocation):
     b.refresh_from_db()
     assert (a.state, b.state) == ("checkpointing", "terminating")
     assert (a.deadline_at - a.checkpoint_started_at).total_seconds() == 600
+
+
+def test_victims_of_several_decisions_are_asked_together_each_with_its_own(make_allocation, resource_group):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduling.actions.preemption import TERMINATE_GRACE_S, preempt_for
+    from scheduling.errors import Conflict
+    from scheduling.models import PreemptionDecision
+
+    a, b, c = (make_allocation(state="running") for _ in range(3))
+    t1 = timezone.now().replace(microsecond=0)
+    t2 = t1 + timedelta(seconds=7)
+    first, second = (PreemptionDecision.objects.create(resource_group=resource_group, decided_for=t, result="preempt")
+                     for t in (t1, t2))
+    with pytest.raises(Conflict):  # one victim cannot be chosen by two decisions
+        preempt_for([(first, t1, [(a.pk, "checkpoint")]), (second, t2, [(a.pk, "terminate")])],
+                    checkpoint_timeout_s=600)
+    preempt_for([(first, t1, [(a.pk, "checkpoint"), (b.pk, "terminate")]), (second, t2, [(c.pk, "checkpoint")])],
+                checkpoint_timeout_s=600)
+    for alloc in (a, b, c):
+        alloc.refresh_from_db()
+    assert [(x.state, x.preempted_by_id, x.state_changed_at) for x in (a, b, c)] == [
+        ("checkpointing", first.pk, t1), ("terminating", first.pk, t1), ("checkpointing", second.pk, t2)]
+    assert (a.deadline_at, c.deadline_at) == (t1 + timedelta(seconds=600), t2 + timedelta(seconds=600))
+    assert (a.checkpoint_started_at, c.checkpoint_started_at, b.checkpoint_started_at) == (t1, t2, None)
+    assert b.deadline_at == t1 + timedelta(seconds=TERMINATE_GRACE_S + 5)
+    assert dict(AllocationEvent.objects.filter(to_state__in=["checkpointing", "terminating"]).values_list(
+        "allocation_id", "decision_id")) == {a.pk: first.pk, b.pk: first.pk, c.pk: second.pk}
+
+
+def test_holds_for_several_preemptors_keep_placed_nodes_and_drop_stale_ones(make_allocation, two_nodes):
+    from scheduling.actions.preemption import allocations_hold
+    from scheduling.models import Placement
+
+    n1, n2 = two_nodes
+    p, q = make_allocation(state="pending"), make_allocation(state="pending")
+    Placement.objects.create(allocation=p, node=n1, kind="held")
+    Placement.objects.create(allocation=q, node=n1, kind="assigned")
+    allocations_hold({p.pk: [n2.pk], q.pk: [n1.pk, n2.pk]})
+    allocations_hold({p.pk: [n2.pk], q.pk: [n1.pk, n2.pk]})  # again: nothing changes
+    held = sorted(Placement.objects.filter(kind="held").values_list("allocation_id", "node_id"))
+    assert held == sorted([(p.pk, n2.pk), (q.pk, n2.pk)])
+    assert Placement.objects.filter(allocation=q, node=n1, kind="assigned").exists()
