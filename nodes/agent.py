@@ -124,8 +124,10 @@ class Agent:
         while not self.stopping.is_set():
             try:
                 async with websockets.connect(self.url, additional_headers={"Authorization": f"Bearer {self.token}"},
-                                              max_size=2**20, open_timeout=10) as ws:
+                                              max_size=2**20, open_timeout=10, close_timeout=2) as ws:
                     self.ws = ws
+                    if self.stopping.is_set():  # stopped while connecting: nobody else closes this one
+                        break
                     backoff = 1.0
                     await self._send_now(self._hello())
                     for frame in list(self.unacked.values()):
