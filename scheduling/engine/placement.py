@@ -280,3 +280,16 @@ class FitCounter:
         if any(view.base_count[g] + view.lendable_cap[g] + c >= view.k for g, c in self.extra.items() if c):
             return True
         return view.fits_now()
+
+
+def give_back(view: RequestView, victims: Sequence[int]) -> list[int]:
+    """Give back, in the given order, every victim the request no longer needs; the kept ones,
+    sorted. The order is the policy's: the first given back are the ones it most wants to keep."""
+    counter = FitCounter(view, victims)
+    kept = []
+    for s in victims:
+        counter.remove(s)
+        if not counter.fits():
+            counter.add(s)
+            kept.append(s)
+    return sorted(kept)

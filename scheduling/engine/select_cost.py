@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cluster import EPS, BArr, FArr, IArr
-from .placement import FitCounter, RequestView
+from .placement import RequestView, give_back
 from .select import (
     COST_EPS,
     EXACT_LIMIT,
@@ -179,24 +179,12 @@ def _greedy_by_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr, 
                 victims.add(int(cheapest[0]))
             else:
                 victims.update(int(x) for x in on_slots)
-        trimmed = _trim(view, sorted(victims, key=lambda s: (-float(cost[s]), -int(rank[s]))))
+        trimmed = give_back(view, sorted(victims, key=lambda s: (-float(cost[s]), -int(rank[s]))))
         if bound is not None and len(trimmed) > bound:
             continue
         total = float(cost[trimmed].sum())
         if _better(total, trimmed, best, start, rank):
             best.victims, best.cost = trimmed, total
     return best
-
-
-def _trim(view: RequestView, victims: list[int]) -> list[int]:
-    """Give back, in the given order, every victim the request does not need."""
-    counter = FitCounter(view, victims)
-    kept = []
-    for s in victims:
-        counter.remove(s)
-        if not counter.fits():
-            counter.add(s)
-            kept.append(s)
-    return sorted(kept)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cluster import EPS, BArr, Cluster, FArr, IArr
-from .placement import FitCounter, RequestView
+from .placement import RequestView, give_back
 from .select import (
     Selection,
     _entry_mask,
@@ -207,13 +207,6 @@ def _pick_nodes(view: RequestView, g: int, potential: BArr, keys: dict[str, FArr
     # Give back, most important first, every victim no longer needed on any placement.
     imp = sorted(gone, key=lambda s: (-int(cluster.a_prio[s]), float(start[s]) if newest else -float(start[s]),
                                       int(cluster.id_rank()[s])))
-    counter = FitCounter(view, imp)
-    kept = []
-    for s in imp:
-        counter.remove(s)
-        if not counter.fits():
-            counter.add(s)
-            kept.append(s)
-    return chosen, sorted(kept)
+    return chosen, give_back(view, imp)
 
 

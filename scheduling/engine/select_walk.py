@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .cluster import EPS, BArr, Cluster, FArr, IArr
-from .placement import FitCounter, RequestView
+from .placement import RequestView, give_back
 from .select import (
     PREFIX_START,
     Selection,
@@ -57,16 +57,10 @@ def ordered_greedy(view: RequestView, pool: BArr, walk: tuple[IArr, IArr, IArr],
     near = relevant_nodes[cluster.e_node[ents]] & (pos[e_slots] <= best_p)
     relevant = np.unique(e_slots[near])
     walk_back = relevant[np.argsort(-pos[relevant], kind="stable")].tolist()
-    counter = FitCounter(view, walk_back)
-    kept = []
-    for s in walk_back:
-        counter.remove(s)
-        if not counter.fits():
-            counter.add(s)
-            kept.append(s)
+    kept = give_back(view, walk_back)
     if bound is not None and len(kept) > bound:
         return Selection(None, "EXCEEDS_MAX_VICTIMS", reached)
-    return Selection(sorted(kept), None, reached)
+    return Selection(kept, None, reached)
 
 
 def _fit_positions(view: RequestView, ents: IArr, pos: IArr) -> IArr:
