@@ -140,10 +140,7 @@ def agent_factory(tmp_path, daphne):
 
 def test_preemption_checkpoint_and_resume_through_real_processes(tmp_path, resource_group, vcluster_hpc, node_gpu_a,
                                                                   make_allocation, agent_factory):
-    app = tmp_path / "app.py"
-    app.write_text(APP)
-    agent_factory(agent_token_issue(node=node_gpu_a))
-    wait_for(lambda: type(node_gpu_a).objects.get(pk=node_gpu_a.pk).last_heartbeat_at, 30, "the agent's hello")
+    app, _ = _connected_agent(tmp_path, node_gpu_a, agent_factory)
 
     low = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
                           vcluster=vcluster_hpc, command=[sys.executable, str(app), "600"])
@@ -172,11 +169,8 @@ def test_preemption_checkpoint_and_resume_through_real_processes(tmp_path, resou
 
 def test_agent_killed_mid_run_resynchronises_without_loss_or_duplicate(tmp_path, resource_group, vcluster_hpc,
                                                                        node_gpu_a, make_allocation, agent_factory):
-    app = tmp_path / "app.py"
-    app.write_text(APP)
     token = agent_token_issue(node=node_gpu_a)
-    first = agent_factory(token)
-    wait_for(lambda: type(node_gpu_a).objects.get(pk=node_gpu_a.pk).last_heartbeat_at, 30, "the agent's hello")
+    app, first = _connected_agent(tmp_path, node_gpu_a, agent_factory, token)
     job = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
                           vcluster=vcluster_hpc, command=[sys.executable, str(app), "600"])
     schedule_pass(resource_group.pk)
@@ -197,6 +191,15 @@ def test_agent_killed_mid_run_resynchronises_without_loss_or_duplicate(tmp_path,
     assert started == pids_before  # not started twice
 
 
+def _connected_agent(tmp_path, node, agent_factory, token: str | None = None):
+    """The test app written out, and an agent for ``node`` started and greeted; returns both."""
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    proc = agent_factory(token or agent_token_issue(node=node))
+    wait_for(lambda: type(node).objects.get(pk=node.pk).last_heartbeat_at, 30, "the agent's hello")
+    return app, proc
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -209,10 +212,7 @@ def test_control_plane_restart_loses_nothing_and_delivers_what_it_missed(
         tmp_path, resource_group, vcluster_hpc, node_gpu_a, make_allocation, agent_factory, control_plane, operator):
     from scheduling.actions.admission import allocation_cancel
 
-    app = tmp_path / "app.py"
-    app.write_text(APP)
-    agent_factory(agent_token_issue(node=node_gpu_a))
-    wait_for(lambda: type(node_gpu_a).objects.get(pk=node_gpu_a.pk).last_heartbeat_at, 30, "the agent's hello")
+    app, _ = _connected_agent(tmp_path, node_gpu_a, agent_factory)
     keep, stop = (make_allocation(state="pending", node_count=1, per_node_gpu=4, preemption_class=1,
                                   checkpoint="auto", vcluster=vcluster_hpc, command=[sys.executable, str(app), "600"])
                   for _ in range(2))
