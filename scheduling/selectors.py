@@ -137,3 +137,12 @@ def redact_decisions(records: list[PreemptionDecision], user: Any) -> list[dict[
         hidden = len([c for c in record.candidates if "id" in c]) - len(candidates)
         out.append({**_redact(row, chosen, mine), "candidates": candidates, "other_candidates": hidden})
     return out
+
+
+def explanation(alloc: Allocation, user: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """What ``user`` may read of why ``alloc`` waits or was preempted: its latest decision, and
+    every decision that chose it as a victim, oldest first (a fixed number of queries)."""
+    latest = alloc.decisions.select_related("preemptor", "resource_group").order_by("-id").first()
+    preempted = list(alloc.preempted_in.select_related("preemptor", "resource_group").order_by("id"))
+    shown = redact_decisions([latest, *preempted] if latest else preempted, user)
+    return (shown.pop(0) if latest else None), shown

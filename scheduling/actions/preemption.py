@@ -155,14 +155,10 @@ def preempt_for(decisions: list[Chosen], *, checkpoint_timeout_s: float) -> None
         agent_commands_on_commit(commands)
 
 
-def allocation_hold(*, allocation: Allocation, node_ids: dict[str, int], nodes: list[str]) -> None:
-    """Reserve the nodes being freed for a waiting preemptor (no one else takes them)."""
-    allocations_hold({allocation.pk: [node_ids[n] for n in nodes]})
-
-
 def allocations_hold(holds: dict[int, list[int]]) -> None:
-    """``allocation_hold`` for many preemptors (allocation id -> node ids), in three statements:
-    holds on other nodes are dropped, missing ones added (a node already placed is kept)."""
+    """Reserve the nodes being freed for waiting preemptors (allocation id -> node ids), so no
+    one else takes them, in three statements: holds on other nodes are dropped, missing ones
+    added (a node already placed is kept)."""
     with transaction.atomic():
         existing = list(Placement.objects.filter(allocation_id__in=list(holds)).values_list(
             "id", "allocation_id", "node_id", "kind"))

@@ -19,7 +19,7 @@ from scheduling.api.serializers import AllocationInput, AllocationOutput, EventO
 from scheduling.engine import decide
 from scheduling.engine import model as em
 from scheduling.models import Allocation
-from scheduling.selectors import allocations_visible, events_of, redact_decisions
+from scheduling.selectors import allocations_visible, events_of, explanation
 from scheduling.snapshot import load_snapshot
 
 
@@ -65,10 +65,7 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     def explain(self, request: Request, pk: str | None = None) -> Response:
         """Why it waits (its latest decision) and why it was preempted (each decision that chose it)."""
         alloc = self.get_object()
-        latest = alloc.decisions.select_related("preemptor", "resource_group").order_by("-id").first()
-        preempted = list(alloc.preempted_in.select_related("preemptor", "resource_group").order_by("id"))
-        shown = redact_decisions([latest, *preempted] if latest else preempted, request.user)
-        latest_shown = shown.pop(0) if latest else None
+        latest_shown, shown = explanation(alloc, request.user)
         return Response({
             "allocation": alloc.pk, "state": alloc.state,
             "waiting": latest_shown if alloc.state == "pending" else None,

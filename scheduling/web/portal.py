@@ -16,13 +16,7 @@ from scheduling.api.serializers import AllocationInput
 from scheduling.engine import decide
 from scheduling.errors import DomainError
 from scheduling.models import Allocation, Placement, ResourceGroup
-from scheduling.selectors import (
-    allocations_visible,
-    events_of,
-    redact_decision,
-    redact_decisions,
-    tenant_ids,
-)
+from scheduling.selectors import allocations_visible, events_of, explanation, tenant_ids
 from scheduling.snapshot import load_snapshot
 
 
@@ -46,12 +40,10 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     alloc = allocations_visible(request.user).filter(pk=pk).first()
     if alloc is None:
         raise Http404("no such allocation")
-    preemptions = redact_decisions(list(alloc.preempted_in.select_related(
-        "preemptor", "resource_group").order_by("id")), request.user)
-    latest = alloc.decisions.select_related("preemptor", "resource_group").order_by("-id").first()
+    latest, preemptions = explanation(alloc, request.user)
     return render(request, "jobs/detail.html", {
         "job": alloc, "risk": _risks([alloc])[0], "events": events_of(alloc), "preemptions": preemptions,
-        "waiting": redact_decision(latest, request.user) if latest and alloc.state == "pending" else None})
+        "waiting": latest if alloc.state == "pending" else None})
 
 
 class SubmitForm(forms.Form):
