@@ -162,10 +162,10 @@ def allocations_hold(holds: dict[int, list[int]]) -> None:
     with transaction.atomic():
         existing = list(Placement.objects.filter(allocation_id__in=list(holds)).values_list(
             "id", "allocation_id", "node_id", "kind"))
-        stale = [pid for pid, alloc_id, node_id, kind in existing if kind == "held" and node_id not in holds[alloc_id]]
+        stale = {pid for pid, alloc_id, node_id, kind in existing if kind == "held" and node_id not in holds[alloc_id]}
         if stale:
-            Placement.objects.filter(pk__in=stale).delete()
-        kept = {(alloc_id, node_id) for pid, alloc_id, node_id, _ in existing if pid not in set(stale)}
+            Placement.objects.filter(pk__in=sorted(stale)).delete()
+        kept = {(alloc_id, node_id) for pid, alloc_id, node_id, _ in existing if pid not in stale}
         Placement.objects.bulk_create([Placement(allocation_id=alloc_id, node_id=node_id, kind="held")
                                        for alloc_id, node_ids in holds.items() for node_id in node_ids
                                        if (alloc_id, node_id) not in kept])
