@@ -139,36 +139,48 @@ def drain(ctx: dict, name: str) -> tuple[int, float]:
             return decided, time.perf_counter() - start
 
 
-def latency_at(ctx: dict, rate: float, seconds: float) -> tuple[float, float, int]:
+def _submit(ctx: dict, rate: float, seconds: float, done) -> None:  # noqa: ANN001
+    """The load generator: offers requests at ``rate`` per second, as clients would, from its own
+    process (a thread would take the scheduler's interpreter lock for every insert)."""
     from django.db import connections
     from django.utils import timezone
 
     from scheduling.models import Allocation
+
+    i = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        due = start + i / rate
+        if time.perf_counter() < due:
+            time.sleep(max(0.0, due - time.perf_counter()))
+        k = i % 10
+        Allocation.objects.create(resource_group=ctx["group"], tenant=ctx["tenants"][k], user=ctx["users"][k],
+                                  vcluster=ctx["free"], state="pending", submitted_at=timezone.now(),
+                                  per_node_gpu=1, name="lat")
+        i += 1
+    connections.close_all()
+    done.set()
+
+
+def latency_at(ctx: dict, rate: float, seconds: float) -> tuple[float, float, int]:
+    import multiprocessing
+
+    from django.db import connections
+
+    from scheduling.models import Allocation
     from scheduling.scheduler import schedule_pass
 
-    stop = threading.Event()
-
-    def submitter() -> None:
-        i = 0
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            due = start + i / rate
-            if time.perf_counter() < due:
-                time.sleep(max(0.0, due - time.perf_counter()))
-            k = i % 10
-            Allocation.objects.create(resource_group=ctx["group"], tenant=ctx["tenants"][k], user=ctx["users"][k],
-                                      vcluster=ctx["free"], state="pending", submitted_at=timezone.now(),
-                                      per_node_gpu=1, name="lat")
-            i += 1
-        stop.set()
-        connections.close_all()
-
-    thread = threading.Thread(target=submitter)
-    thread.start()
-    while not stop.is_set():
+    fork = multiprocessing.get_context("fork")
+    done = fork.Event()
+    connections.close_all()  # neither process may use the other's connections: both open their own
+    for conn in connections.all():
+        getattr(conn, "close_pool", lambda: None)()
+    submitter = fork.Process(target=_submit, args=(ctx, rate, seconds, done))
+    submitter.start()
+    while not done.is_set():
         schedule_pass(ctx["group"].pk)
     schedule_pass(ctx["group"].pk)
-    thread.join()
+    submitter.join()
     rows = Allocation.objects.filter(name="lat", started_at__isnull=False).values_list("submitted_at", "started_at")
     lat = sorted((s - b).total_seconds() for b, s in rows)
     if not lat:

@@ -37,6 +37,7 @@ from scheduling.models import (
     ResourceGroup,
 )
 from scheduling.models.records import Execution
+from scheduling.quota_book import QuotaBook
 from scheduling.snapshot import ALLOCATION_FIELDS, Snapshot, engine_allocation, load_snapshot
 from scheduling.states import State
 
@@ -130,7 +131,7 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
         result.more = len(queue) > budget
         holds = _holds(group)
         _reserve_holds(snap, holds)
-        quotas = QuotaBook.load()
+        quotas = snap.quotas if snap.quotas is not None else QuotaBook.load()
         codes = last_codes([row["id"] for row in queue[:budget]])
         batch: list[tuple[dict, em.Allocation, Decision]] = []
         staged: list[Staged] = []
@@ -172,44 +173,6 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
 
         schedule_resource_group.apply_async(args=[group.pk], countdown=1 if result.busy else 0)
     return result
-
-
-class QuotaBook:
-    """Hard quotas at placement, counted in memory for the pass (one query to load)."""
-
-    def __init__(self, limits: dict[int, tuple[int, int, int]], used: dict[int, list[int]]) -> None:
-        self.limits = limits
-        self.used = used
-
-    @classmethod
-    def load(cls) -> QuotaBook:
-        from django.db.models import Count, F, Sum
-
-        from scheduling.models import Quota
-        from scheduling.states import HOLDING
-
-        limits = {q["tenant_id"]: (q["max_concurrent_allocations"], q["max_nodes"], q["max_gpus"])
-                  for q in Quota.objects.values("tenant_id", "max_concurrent_allocations", "max_nodes", "max_gpus")}
-        used = {r["tenant_id"]: [r["n"], r["nodes"] or 0, r["gpus"] or 0]
-                for r in Allocation.objects.filter(state__in=HOLDING).values("tenant_id").annotate(
-                    n=Count("id"), nodes=Sum("node_count"), gpus=Sum(F("node_count") * F("per_node_gpu")))}
-        return cls(limits, used)
-
-    def take(self, row: dict) -> bool:
-        limit = self.limits.get(row["tenant_id"])
-        mine = self.used.setdefault(row["tenant_id"], [0, 0, 0])
-        want = (1, row["node_count"], row["node_count"] * row["per_node_gpu"])
-        if limit is not None and any(u + w > lim for u, w, lim in zip(mine, want, limit, strict=True)):
-            return False
-        for i, w in enumerate(want):
-            mine[i] += w
-        return True
-
-    def give_back(self, row: dict) -> None:
-        mine = self.used.get(row["tenant_id"])
-        if mine is not None:
-            for i, w in enumerate((1, row["node_count"], row["node_count"] * row["per_node_gpu"])):
-                mine[i] -= w
 
 
 def _start_all(ran_on: dict[int, list[str]], moment: datetime) -> None:
@@ -266,8 +229,10 @@ def _flush_fits(snap: Snapshot, batch: list[tuple[dict, em.Allocation, Decision]
         for tenant_id in {a.tenant_id for a in allocs.values()}:
             event_on_commit("allocations.placed", {"allocations": sorted(
                 pk for pk, a in allocs.items() if a.tenant_id == tenant_id)}, tenant_id)
-    for pk in set(by_id) - set(allocs):  # cancelled meanwhile: undo its place in the snapshot
+    for pk in set(by_id) - set(allocs):  # cancelled meanwhile: undo its place and its quota use
         snap.cluster.remove(str(pk))
+        if snap.quotas is not None:
+            snap.quotas.give_back(by_id[pk][0])
     result.placed += len(allocs)
     batch.clear()
 

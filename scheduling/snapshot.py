@@ -15,6 +15,7 @@ from scheduling.engine import Cluster
 from scheduling.engine import model as em
 from scheduling.engine.parse import parse_policy
 from scheduling.models import Allocation, Placement, ResourceGroup, SessionType, Tenant, VCluster
+from scheduling.quota_book import QuotaBook
 from scheduling.states import HOLDING
 
 RES = ("gpu", "cpu", "memory")
@@ -81,6 +82,8 @@ class Snapshot:
         self.pg_snapshot = ""
         self.kept_since = 0.0
         self.dirty = False
+        # The tenants' quota use, for a pass (snapshot_cache loads it with the snapshot).
+        self.quotas: QuotaBook | None = None
 
 
 def load_snapshot(group: ResourceGroup) -> Snapshot:

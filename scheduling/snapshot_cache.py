@@ -13,6 +13,14 @@ missed, since visibility, not an id order, decides. The pass's own writes carry
 its tag and are already applied to the snapshot in memory. Anything unusual (a
 lost race, a reload for borrowing, an exception, ten minutes of age) drops it.
 SQLite (the embedded mode) reloads every pass.
+
+The tenants' quota use (QuotaBook) is kept the same way, except that it spans
+every group: a change by someone else to a holding allocation of another group,
+or to a quota, reloads the book alone. Each check returns the database snapshot
+it ran under, which becomes the baseline for the next one: whatever that
+snapshot shows was just checked, and whatever it does not will be seen by the
+next check. So a check reads the changes since the previous pass, not since the
+load.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from scheduling.models import ResourceGroup, SnapshotChange
+from scheduling.quota_book import QuotaBook
 from scheduling.snapshot import Snapshot, load_snapshot, policy_of
 
 MAX_AGE_S = 600.0
@@ -35,23 +44,48 @@ _kept: dict[int, Snapshot] = {}
 
 
 def take(group: ResourceGroup) -> Snapshot:
-    """The snapshot for a pass over ``group``: the kept one if nothing changed, else a fresh one."""
+    """The snapshot for a pass over ``group``, with the quota book: the kept ones if nothing
+    changed, else fresh ones."""
     kept = _kept.pop(group.pk, None)  # popped: a pass that fails leaves nothing behind
     if connection.vendor != "postgresql" or connection.in_atomic_block:
-        return load_snapshot(group)  # no consistent database snapshot to compare with later
-    if kept is not None and time.monotonic() - kept.kept_since < MAX_AGE_S and not _changed(group.pk, kept):
+        snap = load_snapshot(group)  # no consistent database snapshot to compare with later
+        snap.quotas = QuotaBook.load()
+        return snap
+    if kept is not None and time.monotonic() - kept.kept_since < MAX_AGE_S and _still_valid(group.pk, kept):
         kept.group, kept.policy, kept.dirty = group, policy_of(group), False
         return kept
     with transaction.atomic():
-        with connection.cursor() as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cur.execute("SELECT pg_current_snapshot()::text")
-            pg_snapshot = cur.fetchone()[0]
+        pg_snapshot = _repeatable_read()
         snap = load_snapshot(group)  # every query sees exactly that database snapshot
+        snap.quotas = QuotaBook.load()
     snap.writer = f"pass:{uuid.uuid4().hex[:20]}"
     snap.pg_snapshot = pg_snapshot
     snap.kept_since = time.monotonic()
     return snap
+
+
+def _repeatable_read() -> str:
+    """Make the current (new) transaction REPEATABLE READ; returns its database snapshot."""
+    with connection.cursor() as cur:
+        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("SELECT pg_current_snapshot()::text")
+        return str(cur.fetchone()[0])
+
+
+def _still_valid(group_id: int, kept: Snapshot) -> bool:
+    """Whether the kept snapshot still matches the database; reloads the quota book alone when
+    only other groups or quotas changed. Moves the baseline on."""
+    now, here, anywhere = _changes(group_id, kept)
+    if here:
+        return False
+    if anywhere or kept.quotas is None:
+        with transaction.atomic():
+            now = _repeatable_read()
+            if _changes(group_id, kept)[1]:  # this group changed since the check above
+                return False
+            kept.quotas = QuotaBook.load()
+    kept.pg_snapshot = now
+    return True
 
 
 def keep(snap: Snapshot) -> None:
@@ -75,14 +109,18 @@ def forget(group_id: int | None = None) -> None:
         _kept.pop(group_id, None)
 
 
-def _changed(group_id: int, kept: Snapshot) -> bool:
+def _changes(group_id: int, kept: Snapshot) -> tuple[str, bool, bool]:
+    """Changes by others that the kept baseline does not show: (the database snapshot this check
+    ran under, any for this group or every group, any at all)."""
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT EXISTS (SELECT 1 FROM scheduling_snapshotchange WHERE (group_id = %s OR group_id IS NULL) "
-            "AND xid >= pg_snapshot_xmin(%s::pg_snapshot)::text::bigint "
-            "AND NOT pg_visible_in_snapshot(xid::text::xid8, %s::pg_snapshot) AND writer <> %s)",
+            "SELECT pg_current_snapshot()::text, coalesce(bool_or(group_id = %s OR group_id IS NULL), false), "
+            "count(*) > 0 FROM scheduling_snapshotchange "
+            "WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot)::text::bigint "
+            "AND NOT pg_visible_in_snapshot(xid::text::xid8, %s::pg_snapshot) AND writer <> %s",
             [group_id, kept.pg_snapshot, kept.pg_snapshot, kept.writer])
-        return bool(cur.fetchone()[0])
+        now, here, anywhere = cur.fetchone()
+        return str(now), bool(here), bool(anywhere)
 
 
 def prune() -> int:

@@ -88,3 +88,54 @@ def test_a_change_in_flight_during_the_load_is_seen_by_the_next_pass(resource_gr
     schedule_pass(resource_group.pk)
     assert loads[0] == 2  # the late commit made the kept snapshot stale
     assert _node_of(job) == ["gpu-b"]  # a stale snapshot would have put it on the draining gpu-a
+
+
+def test_quota_use_in_another_group_reloads_the_quota_book_alone(resource_group, vcluster_hpc, two_nodes,
+                                                                  make_allocation, tenant_physics, loads,
+                                                                  monkeypatch):
+    from scheduling.models import ResourceGroup
+    from scheduling.quota_book import QuotaBook
+
+    books = [0]
+    real = QuotaBook.load.__func__
+
+    def counting(cls):
+        books[0] += 1
+        return real(cls)
+
+    monkeypatch.setattr(QuotaBook, "load", classmethod(counting))
+    tenant_physics.quota.max_concurrent_allocations = 2
+    tenant_physics.quota.save()
+    first = _pending(make_allocation, vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    assert _node_of(first) == ["gpu-a"]
+    assert (loads[0], books[0]) == (1, 1)
+
+    # The tenant's second allocation starts in another group: the quota is now used up.
+    other = ResourceGroup.objects.create(name="rg-other", policy={"kind": "class_cost"})
+    elsewhere = make_allocation(state="pending", resource_group=other, node_count=1, per_node_gpu=1)
+    Allocation.objects.filter(pk=elsewhere.pk).update(state="running", started_at=timezone.now())
+
+    second = _pending(make_allocation, vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    assert (loads[0], books[0]) == (1, 2)  # this group's snapshot is kept, the book is not
+    assert _node_of(second) == []  # gpu-b is free, but a third allocation would exceed the quota
+    assert Allocation.objects.get(pk=second.pk).state == "pending"
+
+    Allocation.objects.filter(pk=elsewhere.pk).update(state="completed")
+    schedule_pass(resource_group.pk)
+    assert (loads[0], books[0]) == (1, 3)
+    assert _node_of(second) == ["gpu-b"]
+
+
+def test_a_pass_counts_its_own_placements_in_the_kept_book(resource_group, vcluster_hpc, two_nodes,
+                                                         make_allocation, tenant_physics, loads):
+    tenant_physics.quota.max_concurrent_allocations = 1
+    tenant_physics.quota.save()
+    first = _pending(make_allocation, vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    second = _pending(make_allocation, vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    assert loads[0] == 1  # kept: nothing but the pass's own writes happened
+    assert _node_of(first) == ["gpu-a"]
+    assert _node_of(second) == []  # the kept book counted the first placement
