@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -20,11 +19,11 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, JSONField, Value, When
 from django.utils import timezone
 
 from scheduling import snapshot_cache
 from scheduling.actions.preemption import allocation_place, allocations_hold, preempt_for
+from scheduling.actions.starts import allocations_start
 from scheduling.dispatch import event_on_commit
 from scheduling.engine import Decision, decide
 from scheduling.engine import model as em
@@ -175,25 +174,6 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
     return result
 
 
-def _start_all(ran_on: dict[int, list[str]], moment: datetime) -> None:
-    """Pending -> running for a batch in one statement (the rows are locked and pending)."""
-    if not ran_on:
-        return
-    if connection.vendor != "postgresql":  # the embedded mode: few at a time
-        Allocation.objects.filter(pk__in=list(ran_on), state=State.PENDING).update(
-            state=State.RUNNING, started_at=moment, state_changed_at=moment,
-            ran_on=Case(*[When(pk=pk, then=Value(nodes, output_field=JSONField())) for pk, nodes in ran_on.items()]))
-        return
-    values = ", ".join(["(%s, %s)"] * len(ran_on))
-    params: list[object] = [State.RUNNING, moment, moment]
-    for pk, nodes in ran_on.items():
-        params += [pk, json.dumps(nodes)]
-    with connection.cursor() as cur:
-        cur.execute(f"UPDATE {Allocation._meta.db_table} AS a SET state = %s, started_at = %s, "
-                    f"state_changed_at = %s, ran_on = v.ran_on::jsonb FROM (VALUES {values}) AS v(id, ran_on) "
-                    f"WHERE a.id = v.id::bigint AND a.state = 'pending'", params)
-
-
 def _running(req: em.Allocation, decision: Decision, moment: datetime) -> em.Allocation:
     return replace(req, state="running", started_at=moment.timestamp(), held_nodes=(),
                    placement={n: dict(req.per_node) for n in decision.nodes})
@@ -204,26 +184,15 @@ def _flush_fits(snap: Snapshot, batch: list[tuple[dict, em.Allocation, Decision]
     """Start every batched fitting request in one short transaction; side effects after commit."""
     from scheduling.actions.preemption import start_frame
     from scheduling.dispatch import agent_commands_on_commit
-    from scheduling.models import AllocationEvent
 
     if not batch:
         return
     by_id = {row["id"]: (row, req, decision) for row, req, decision in batch}
     with transaction.atomic():
         snapshot_cache.tag_writes(snap)
-        allocs = {a.pk: a for a in Allocation.objects.select_for_update().filter(
-            pk__in=list(by_id), state=State.PENDING).only(
-            "id", "tenant_id", "command", "env", "per_node_gpu", "per_node_cpu", "per_node_memory",
-            "resume_from_checkpoint")}
-        Placement.objects.filter(allocation_id__in=list(allocs)).delete()
-        Placement.objects.bulk_create([
-            Placement(allocation_id=pk, node_id=snap.node_ids[name], gpu=a.per_node_gpu, cpu=a.per_node_cpu,
-                      memory=a.per_node_memory)
-            for pk, a in allocs.items() for name in by_id[pk][2].nodes])
-        _start_all({pk: list(by_id[pk][2].nodes) for pk in allocs}, moment)
-        AllocationEvent.objects.bulk_create([
-            AllocationEvent(allocation_id=pk, from_state=State.PENDING, to_state=State.RUNNING,
-                            reason=f"placed on {', '.join(by_id[pk][2].nodes)}") for pk in allocs])
+        allocs = {a.pk: a for a in allocations_start({pk: list(d.nodes) for pk, (_, _, d) in by_id.items()},
+                                                     snap.node_ids, moment,
+                                                     had_holds=any(req.held_nodes for _, req, _ in batch))}
         agent_commands_on_commit([(name, start_frame(a, name)) for pk, a in allocs.items()
                                   for name in by_id[pk][2].nodes])
         for tenant_id in {a.tenant_id for a in allocs.values()}:

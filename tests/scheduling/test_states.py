@@ -138,3 +138,34 @@ def test_holds_for_several_preemptors_keep_placed_nodes_and_drop_stale_ones(make
     held = sorted(Placement.objects.filter(kind="held").values_list("allocation_id", "node_id"))
     assert held == sorted([(p.pk, n2.pk), (q.pk, n2.pk)])
     assert Placement.objects.filter(allocation=q, node=n1, kind="assigned").exists()
+
+
+def test_a_batch_starts_together_replacing_holds_and_skipping_a_cancelled_one(make_allocation, two_nodes):
+    from django.utils import timezone
+
+    from scheduling.actions.starts import allocations_start
+    from scheduling.models import Allocation, Placement
+
+    node_ids = {n.name: n.pk for n in two_nodes}
+    first = make_allocation(state="pending", per_node_gpu=2, command=["train", "--epochs", "3"],
+                            env={"SEED": "7"})
+    held = make_allocation(state="pending", node_count=2, per_node_gpu=4)
+    gone = make_allocation(state="cancelled", per_node_gpu=1)
+    Placement.objects.create(allocation=held, node=two_nodes[0], kind="held")
+    Placement.objects.create(allocation=held, node=two_nodes[1], kind="held")
+    moment = timezone.now()
+
+    started = allocations_start({first.pk: ["gpu-a"], held.pk: ["gpu-a", "gpu-b"], gone.pk: ["gpu-b"]},
+                                node_ids, moment, had_holds=True)
+
+    assert sorted(a.pk for a in started) == [first.pk, held.pk]
+    back = {a.pk: a for a in started}[first.pk]
+    assert (back.command, back.env, back.per_node_gpu) == (["train", "--epochs", "3"], {"SEED": "7"}, 2)
+    assert sorted(Placement.objects.values_list("allocation_id", "node__name", "kind", "gpu")) == sorted([
+        (first.pk, "gpu-a", "assigned", 2), (held.pk, "gpu-a", "assigned", 4), (held.pk, "gpu-b", "assigned", 4)])
+    rows = {a.pk: a for a in Allocation.objects.filter(pk__in=[first.pk, held.pk, gone.pk])}
+    assert [rows[pk].state for pk in (first.pk, held.pk, gone.pk)] == ["running", "running", "cancelled"]
+    assert rows[held.pk].ran_on == ["gpu-a", "gpu-b"]
+    assert rows[first.pk].started_at == moment
+    assert sorted(AllocationEvent.objects.values_list("allocation_id", "from_state", "to_state", "reason")) == sorted([
+        (first.pk, "pending", "running", "placed on gpu-a"), (held.pk, "pending", "running", "placed on gpu-a, gpu-b")])

@@ -1,0 +1,83 @@
+"""Start many pending allocations at once: the scheduler's batch of fitting decisions.
+
+On PostgreSQL one statement does it all (the state change, the placements and
+the events), so a batch costs the same few round trips whatever its size; the
+embedded mode (SQLite) uses the ORM, a statement per step.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from django.db import connection
+from django.db.models import Case, JSONField, Value, When
+
+from scheduling.models import Allocation, AllocationEvent, Placement
+from scheduling.models.allocations import PlacementKind
+from scheduling.states import State
+
+# What a start frame needs (scheduling.actions.preemption.start_frame).
+STARTED_FIELDS = ("id", "tenant_id", "command", "env", "per_node_gpu", "per_node_cpu", "per_node_memory",
+                  "resume_from_checkpoint")
+
+
+def allocations_start(ran_on: dict[int, list[str]], node_ids: dict[str, int], moment: datetime, *,
+                      had_holds: bool) -> list[Allocation]:
+    """Pending -> running on the given nodes (allocation id -> node names), with their placements
+    and events; call inside a transaction. An allocation no longer pending (cancelled meanwhile) is
+    skipped. ``had_holds``: some of them hold nodes (their held placements are replaced). Returns
+    the started allocations, with the fields of STARTED_FIELDS."""
+    if not ran_on:
+        return []
+    if had_holds:
+        Placement.objects.filter(allocation_id__in=list(ran_on)).delete()
+    if connection.vendor == "postgresql":
+        return _start_in_one_statement(ran_on, node_ids, moment)
+    allocs = list(Allocation.objects.select_for_update().filter(pk__in=list(ran_on), state=State.PENDING)
+                  .only(*STARTED_FIELDS))
+    Placement.objects.bulk_create([
+        Placement(allocation_id=a.pk, node_id=node_ids[name], gpu=a.per_node_gpu, cpu=a.per_node_cpu,
+                  memory=a.per_node_memory) for a in allocs for name in ran_on[a.pk]])
+    Allocation.objects.filter(pk__in=[a.pk for a in allocs], state=State.PENDING).update(
+        state=State.RUNNING, started_at=moment, state_changed_at=moment,
+        ran_on=Case(*[When(pk=a.pk, then=Value(ran_on[a.pk], output_field=JSONField())) for a in allocs]))
+    AllocationEvent.objects.bulk_create([
+        AllocationEvent(allocation_id=a.pk, from_state=State.PENDING, to_state=State.RUNNING,
+                        reason=_reason(ran_on[a.pk])) for a in allocs])
+    return allocs
+
+
+def _reason(nodes: list[str]) -> str:
+    return f"placed on {', '.join(nodes)}"[:255]
+
+
+def _start_in_one_statement(ran_on: dict[int, list[str]], node_ids: dict[str, int],
+                            moment: datetime) -> list[Allocation]:
+    rows: list[object] = []
+    for pk, nodes in ran_on.items():
+        rows += [pk, json.dumps(nodes), _reason(nodes)]
+    pairs: list[object] = [x for pk, nodes in ran_on.items() for name in nodes for x in (pk, node_ids[name])]
+    alloc, placement, event = (m._meta.db_table for m in (Allocation, Placement, AllocationEvent))
+    returned = ", ".join(f"a.{f}" for f in STARTED_FIELDS)
+    sql = (
+        f"WITH v(id, ran_on, reason) AS (VALUES {', '.join(['(%s::bigint, %s::jsonb, %s)'] * len(ran_on))}), "
+        f"p(allocation_id, node_id) AS (VALUES {', '.join(['(%s::bigint, %s::bigint)'] * (len(pairs) // 2))}), "
+        f"started AS (UPDATE {alloc} AS a SET state = %s, started_at = %s, state_changed_at = %s, "
+        f"ran_on = v.ran_on FROM v WHERE a.id = v.id AND a.state = %s RETURNING {returned}, v.reason), "
+        f"placed AS (INSERT INTO {placement} (allocation_id, node_id, kind, gpu, cpu, memory, created_at) "
+        f"SELECT s.id, p.node_id, %s, s.per_node_gpu, s.per_node_cpu, s.per_node_memory, now() "
+        f"FROM started s JOIN p ON p.allocation_id = s.id), "
+        f"logged AS (INSERT INTO {event} (allocation_id, from_state, to_state, reason, created_at) "
+        f"SELECT s.id, %s, %s, s.reason, now() FROM started s) "
+        f"SELECT {', '.join(STARTED_FIELDS)} FROM started")
+    params = [*rows, *pairs, State.RUNNING, moment, moment, State.PENDING, PlacementKind.ASSIGNED,
+              State.PENDING, State.RUNNING]
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        rows_back = cur.fetchall()
+    # Raw rows as the ORM would have read them (JSON arrives as text).
+    fields = [Allocation._meta.get_field(f) for f in STARTED_FIELDS]
+    convert = [getattr(f, "from_db_value", None) for f in fields]
+    return [Allocation(**{f.attname: (c(v, None, connection) if c is not None else v)
+                          for f, c, v in zip(fields, convert, row, strict=True)}) for row in rows_back]
