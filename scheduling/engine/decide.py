@@ -258,15 +258,20 @@ def _build(cluster: Cluster, policy: Policy, req: Allocation, gates: Gates, judg
         assert not victims, "victims are chosen from a judged snapshot"
         snapshot_version = (cluster.version, cluster.state_version)
 
-        def candidates_later() -> tuple[Candidate, ...]:
+        def judged_later() -> Judged:
             if (cluster.version, cluster.state_version) != snapshot_version:
                 raise RuntimeError("the snapshot changed since this decision; read candidates before updating it")
-            judged = judged_or()
-            return _candidates(cluster, judged, is_cost, set(), set())
+            return judged_or()
+
+        def candidates_later() -> tuple[Candidate, ...]:
+            return _candidates(cluster, judged_later(), is_cost, set(), set())
+
+        def summary_later(max_rows: int) -> tuple[tuple[Candidate, ...], dict[str, int]]:
+            return _summary(cluster, judged_later(), is_cost, set(), set(), nodes, max_rows)
 
         return Decision(outcome, code, None, tuple(sorted(nodes)), tuple(sorted(borrowed)), (),
                         explain(req, policy, outcome, code, tuple(sorted(nodes)), (), tuple(sorted(borrowed)),
-                                cluster), candidates_later)
+                                cluster), candidates_later, summary_later)
     judged = judged_or
     cost = judged.cost
     out_victims = []
@@ -300,26 +305,33 @@ def _build(cluster: Cluster, policy: Policy, req: Allocation, gates: Gates, judg
     def summary(max_rows: int) -> tuple[tuple[Candidate, ...], dict[str, int]]:
         if (cluster.version, cluster.state_version) != version:
             raise RuntimeError("the snapshot changed since this decision; read candidates before updating it")
-        live = judged.codes >= 0
-        if int(live.sum()) <= max_rows:
-            return candidates(), {}
-        near = np.zeros(len(judged.codes), dtype=bool)
-        node_idx = [cluster.node_index[n] for n in nodes]
-        entries = cluster.live_entries()
-        on = np.isin(cluster.e_node[entries], node_idx)
-        near[cluster.e_alloc[entries][on]] = True
-        near[list(chosen)] = True
-        near &= live
-        rows = _candidates(cluster, judged, is_cost, chosen, skipped, near)
-        rest = live & ~near
-        counts = dict(zip(*np.unique(judged.codes[rest], return_counts=True), strict=True))
-        named = {("NOT_NEEDED" if int(k) == 0 else CODES[int(k)]): int(v) for k, v in counts.items()}
-        return rows, named
+        return _summary(cluster, judged, is_cost, chosen, skipped, nodes, max_rows)
 
     text = explain(req, policy, outcome, code, tuple(sorted(nodes)), tuple(out_victims),
                    tuple(sorted(borrowed)), cluster)
     return Decision(outcome, code, trigger, tuple(sorted(nodes)), tuple(sorted(borrowed)),
                     tuple(out_victims), text, candidates, summary)
+
+
+def _summary(cluster: Cluster, judged: Judged, is_cost: bool, chosen: set[int], skipped: set[int],
+             nodes: Sequence[str], max_rows: int) -> tuple[tuple[Candidate, ...], dict[str, int]]:
+    """Every candidate up to ``max_rows``; beyond, the victims and every candidate on the
+    decision's nodes, with counts per code for the others."""
+    live = judged.codes >= 0
+    if int(live.sum()) <= max_rows:
+        return _candidates(cluster, judged, is_cost, chosen, skipped), {}
+    near = np.zeros(len(judged.codes), dtype=bool)
+    node_idx = [cluster.node_index[n] for n in nodes]
+    entries = cluster.live_entries()
+    on = np.isin(cluster.e_node[entries], node_idx)
+    near[cluster.e_alloc[entries][on]] = True
+    near[list(chosen)] = True
+    near &= live
+    rows = _candidates(cluster, judged, is_cost, chosen, skipped, near)
+    rest = live & ~near
+    counts = dict(zip(*np.unique(judged.codes[rest], return_counts=True), strict=True))
+    named = {("NOT_NEEDED" if int(k) == 0 else CODES[int(k)]): int(v) for k, v in counts.items()}
+    return rows, named
 
 
 def _candidates(cluster: Cluster, judged: Judged, is_cost: bool, chosen: set[int],

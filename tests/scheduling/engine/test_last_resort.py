@@ -139,3 +139,18 @@ def test_summary_keeps_victims_and_chosen_nodes_and_counts_the_rest():
     assert counts == {"CLASS_NOT_LOWER": 5}
     rows, counts = d.summary(100)
     assert len(rows) == 6 and counts == {}
+
+
+def test_summary_of_a_wait_on_held_nodes_keeps_their_candidates_and_counts_the_rest():
+    from scheduling.engine import decide_scenario, parse_scenario
+
+    nodes = [node(f"n{i}") for i in range(6)]
+    running = [run("a0", "n0", preemption_class=0, checkpoint="auto", state="checkpointing")]
+    running += [run(f"a{i}", f"n{i}", preemption_class=0, checkpoint="auto") for i in range(1, 6)]
+    d = decide_scenario(parse_scenario(doc(CLASS, nodes, running, {"preemption_class": 7, "held_nodes": ["n0"]})))
+    assert (d.outcome, d.code) == ("wait", "AWAITING_VICTIMS")
+    rows, counts = d.summary(3)
+    assert [(c.id, c.code) for c in rows] == [("a0", "NOT_RUNNING")]
+    assert counts == {"NOT_NEEDED": 5}
+    rows, counts = d.summary(100)
+    assert len(rows) == 6 and counts == {}
