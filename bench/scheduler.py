@@ -124,29 +124,51 @@ def warm(ctx: dict) -> float:
     return time.perf_counter() - start
 
 
-def drain(ctx: dict, name: str) -> tuple[int, float]:
-    """Run passes until no request of this batch is pending; returns (decided, seconds)."""
+def prime(ctx: dict) -> float:
+    """Decide and start one request, once per process: the first decision pays one-time costs
+    (lazy imports, first use of numpy routines) that a running service paid long ago. Returns its
+    pass's seconds; the request is then ended and the snapshot reloaded."""
+    from scheduling.scheduler import schedule_pass
+
+    pending(ctx, 1, vcluster=ctx["free"], gpu=1, klass=0, name="prime")
+    start = time.perf_counter()
+    schedule_pass(ctx["group"].pk)
+    took = time.perf_counter() - start
+    free_capacity(ctx, "prime")
+    warm(ctx)
+    return took
+
+
+def drain(ctx: dict, name: str) -> tuple[int, float, int]:
+    """Run passes until no request of this batch is pending; returns (decided, seconds, of which
+    preemptions)."""
     from scheduling.models import Allocation
     from scheduling.scheduler import schedule_pass
 
     start = time.perf_counter()
-    decided = 0
+    decided = preempted = 0
     while True:
         result = schedule_pass(ctx["group"].pk)
         decided += result.placed + result.preempted
+        preempted += result.preempted
         left = Allocation.objects.filter(name=name, state="pending", placements__isnull=True).count()
         if left == 0 or (result.placed + result.preempted) == 0:
-            return decided, time.perf_counter() - start
+            return decided, time.perf_counter() - start, preempted
 
 
-def _submit(ctx: dict, rate: float, seconds: float, done) -> None:  # noqa: ANN001
+def _submit(ids: dict, rate: float, seconds: float, go, done) -> None:  # noqa: ANN001
     """The load generator: offers requests at ``rate`` per second, as clients would, from its own
     process (a thread would take the scheduler's interpreter lock for every insert)."""
+    import django
+
+    django.setup()  # the environment came from the parent: the same database and settings
     from django.db import connections
     from django.utils import timezone
 
     from scheduling.models import Allocation
 
+    Allocation.objects.exists()  # connected before the clock starts
+    go.wait()
     i = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -154,9 +176,9 @@ def _submit(ctx: dict, rate: float, seconds: float, done) -> None:  # noqa: ANN0
         if time.perf_counter() < due:
             time.sleep(max(0.0, due - time.perf_counter()))
         k = i % 10
-        Allocation.objects.create(resource_group=ctx["group"], tenant=ctx["tenants"][k], user=ctx["users"][k],
-                                  vcluster=ctx["free"], state="pending", submitted_at=timezone.now(),
-                                  per_node_gpu=1, name="lat")
+        Allocation.objects.create(resource_group_id=ids["group"], tenant_id=ids["tenants"][k],
+                                  user_id=ids["users"][k], vcluster_id=ids["free"], state="pending",
+                                  submitted_at=timezone.now(), per_node_gpu=1, name="lat")
         i += 1
     connections.close_all()
     done.set()
@@ -165,18 +187,16 @@ def _submit(ctx: dict, rate: float, seconds: float, done) -> None:  # noqa: ANN0
 def latency_at(ctx: dict, rate: float, seconds: float) -> tuple[float, float, int]:
     import multiprocessing
 
-    from django.db import connections
-
     from scheduling.models import Allocation
     from scheduling.scheduler import schedule_pass
 
-    fork = multiprocessing.get_context("fork")
-    done = fork.Event()
-    connections.close_all()  # neither process may use the other's connections: both open their own
-    for conn in connections.all():
-        getattr(conn, "close_pool", lambda: None)()
-    submitter = fork.Process(target=_submit, args=(ctx, rate, seconds, done))
+    spawn = multiprocessing.get_context("spawn")  # a fresh process: the scheduler keeps its connections
+    go, done = spawn.Event(), spawn.Event()
+    ids = {"group": ctx["group"].pk, "tenants": [t.pk for t in ctx["tenants"]],
+           "users": [u.pk for u in ctx["users"]], "free": ctx["free"].pk}
+    submitter = spawn.Process(target=_submit, args=(ids, rate, seconds, go, done))
     submitter.start()
+    go.set()
     while not done.is_set():
         schedule_pass(ctx["group"].pk)
     schedule_pass(ctx["group"].pk)
@@ -196,9 +216,12 @@ def free_capacity(ctx: dict, *names: str) -> None:
     Allocation.objects.filter(name__in=names).exclude(state="completed").update(state="completed")
 
 
-def fits_rate(ctx: dict, name: str, n: int, preemptors_per_s: float = 0.0) -> tuple[float, int]:
+def fits_rate(ctx: dict, name: str, n: int, preemptors_per_s: float = 0.0) -> tuple[float, int, int]:
     """Fitting decisions per second for a batch of n small requests, optionally while high-class
-    preemptors (8 GPUs, 2 to 4 victims each) arrive at a steady rate."""
+    preemptors (8 GPUs, 2 to 4 victims each) arrive at a steady rate. The batch must take more
+    than one pass (PASS_BUDGET) for preemptors to be decided among its requests: those arriving
+    during a pass are decided first in the next. Returns (rate, preemptors arrived, of which
+    decided while the batch was drained)."""
     from django.db import connections
     from django.utils import timezone
 
@@ -226,13 +249,13 @@ def fits_rate(ctx: dict, name: str, n: int, preemptors_per_s: float = 0.0) -> tu
     if thread is not None:
         thread.start()
     start = time.perf_counter()
-    drain(ctx, name)
+    _, _, preempted = drain(ctx, name)
     secs = time.perf_counter() - start
     stop.set()
     if thread is not None:
         thread.join()
     placed = Allocation.objects.filter(name=name, state="running").count()
-    return placed / secs, arrived[0]
+    return placed / secs, arrived[0], preempted
 
 
 def main() -> None:
@@ -245,13 +268,14 @@ def main() -> None:
     ctx = seed(n_nodes, n_allocs)
     print(f"seeded {n_nodes:,} nodes and {n_allocs:,} running allocations in {time.perf_counter() - t:.0f} s")
     print(f"snapshot load (a first pass, empty queue): {warm(ctx) * 1e3:.0f} ms")
+    print(f"first decision of the process (one-time costs, not measured below): {prime(ctx) * 1e3:.0f} ms")
 
     rate = probe()
     print(f"probe: {rate:,.0f} single-row UPDATE commits/s (one client)")
 
     fits_n = 3000 if args.quick else 8000
     pending(ctx, fits_n, vcluster=ctx["free"], gpu=1, klass=0, name="fit")
-    decided, secs = drain(ctx, "fit")
+    decided, secs, _ = drain(ctx, "fit")
     fit_rate = decided / secs
     print(f"fitting decisions: {decided:,} in {secs:.1f} s = {fit_rate:,.0f}/s "
           f"({fit_rate / rate:.2f}x probe; goal >= 1000/s and >= 0.35x)")
@@ -263,22 +287,23 @@ def main() -> None:
           f"p99 {p99 * 1e3:.0f} ms (goal p99 <= 50 ms)")
 
     # Interference: the same batch of small fitting requests, alone and with preemptors arriving.
-    inter_n = 2000 if args.quick else 6000
+    # Larger than one pass's budget, so that preemptors arriving meanwhile are decided among them.
+    inter_n = 3000 if args.quick else 6000
     free_capacity(ctx, "lat")
     warm(ctx)
-    alone, _ = fits_rate(ctx, "solo", inter_n)
+    alone, _, _ = fits_rate(ctx, "solo", inter_n)
     free_capacity(ctx, "solo")
     warm(ctx)
-    mixed, arrived = fits_rate(ctx, "mixed", inter_n, preemptors_per_s=5.0)
-    print(f"fitting decisions alone {alone:,.0f}/s, with {arrived} preemptors arriving at 5/s {mixed:,.0f}/s: "
-          f"{mixed / alone:.2f}x (goal >= 0.90x)")
+    mixed, arrived, decided = fits_rate(ctx, "mixed", inter_n, preemptors_per_s=5.0)
+    print(f"fitting decisions alone {alone:,.0f}/s, with preemptors arriving at 5/s {mixed:,.0f}/s "
+          f"({arrived} arrived, {decided} preempted among the batch): {mixed / alone:.2f}x (goal >= 0.90x)")
     free_capacity(ctx, "mixed")
     warm(ctx)
 
     # Last: no agents run here, so these victims never report and their preemptors keep waiting.
     pre_n = 300 if args.quick else 1000
     pending(ctx, pre_n, vcluster=ctx["main"], gpu=8, klass=9, name="pre")
-    decided, secs = drain(ctx, "pre")
+    decided, secs, _ = drain(ctx, "pre")
     print(f"preempting decisions: {decided:,} in {secs:.1f} s = {decided / secs:,.0f}/s (goal >= 250/s)")
 
 

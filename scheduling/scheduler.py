@@ -99,11 +99,12 @@ QUEUE_ORDER = {
 }
 
 
-def pending_queue(group: ResourceGroup, kind: str, limit: int) -> list[dict]:
+def pending_queue(group: ResourceGroup, kind: str, limit: int, held: set[int] | None = None) -> list[dict]:
     """Pending work in the policy's order; submission time is kept across requeues.
-    Preemptors already holding nodes come first: their nodes are being freed for them."""
-    held = set(Placement.objects.filter(allocation__resource_group=group, kind="held",
-                                        allocation__state=State.PENDING).values_list("allocation_id", flat=True))
+    Preemptors already holding nodes (``held``, read here if not given) come first: their nodes
+    are being freed for them."""
+    if held is None:
+        held = set(_holds(group))
     rows = list(Allocation.objects.filter(resource_group=group, state=State.PENDING)
                 .order_by(*QUEUE_ORDER[kind]).values(*ALLOCATION_FIELDS, "tenant_id")[: limit + len(held)])
     if kind == "fair_share":
@@ -126,9 +127,9 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
             result.busy = True
             return result
         snap = snapshot_cache.take(group)
-        queue = pending_queue(group, snap.policy.kind, budget + 1)
-        result.more = len(queue) > budget
         holds = _holds(group)
+        queue = pending_queue(group, snap.policy.kind, budget + 1, set(holds))
+        result.more = len(queue) > budget
         _reserve_holds(snap, holds)
         quotas = snap.quotas if snap.quotas is not None else QuotaBook.load()
         codes = last_codes([row["id"] for row in queue[:budget]])
@@ -207,8 +208,10 @@ def _flush_fits(snap: Snapshot, batch: list[tuple[dict, em.Allocation, Decision]
 
 
 def _holds(group: ResourceGroup) -> dict[int, list[str]]:
+    """The nodes held for each waiting preemptor of the group."""
     out: dict[int, list[str]] = {}
-    for alloc_id, name in Placement.objects.filter(allocation__resource_group=group, kind="held").values_list(
+    for alloc_id, name in Placement.objects.filter(allocation__resource_group=group, kind="held",
+                                                   allocation__state=State.PENDING).values_list(
             "allocation_id", "node__name"):
         out.setdefault(alloc_id, []).append(name)
     return out
@@ -317,13 +320,13 @@ def _victim_row(snap: Snapshot, victim: object) -> dict:
 
 
 def last_codes(alloc_ids: list[int]) -> dict[int, str]:
-    """Each request's latest decision code, in two queries for the whole queue: a waiting request's
+    """Each request's latest decision code, in one query for the whole queue: a waiting request's
     decision is stored when its reason changes, not on every pass."""
     from django.db.models import Max
 
     latest = PreemptionDecision.objects.filter(preemptor_id__in=alloc_ids).values("preemptor_id").annotate(
-        last=Max("id")).values_list("last", flat=True)
-    return dict(PreemptionDecision.objects.filter(id__in=list(latest)).values_list("preemptor_id", "code"))
+        last=Max("id")).values("last")
+    return dict(PreemptionDecision.objects.filter(id__in=latest).values_list("preemptor_id", "code"))
 
 
 def build_record(group: ResourceGroup, alloc_id: int, decision: Decision, snap: Snapshot, moment: datetime,
