@@ -135,6 +135,10 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
         codes = last_codes([row["id"] for row in queue[:budget]])
         batch: list[tuple[dict, em.Allocation, Decision]] = []
         staged: list[Staged] = []
+        # The engine judges the whole pass as of its start, the time of its snapshot: costs and
+        # protections do not move between two requests of one pass, so what it derives from them
+        # is computed once per pass instead of once per request. Writes carry their own times.
+        as_of = now or timezone.now()
         for row in queue[:budget]:
             moment = now or timezone.now()
             mine = holds.get(row["id"], [])
@@ -142,7 +146,7 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
                 _release_reservation(snap, row["id"])
             req = engine_allocation(row, held=tuple(mine))
             started = time.perf_counter()
-            decision = decide(snap.cluster, snap.policy, req, moment.timestamp())
+            decision = decide(snap.cluster, snap.policy, req, as_of.timestamp())
             latency = (time.perf_counter() - started) * 1000
             result.decided += 1
             if decision.outcome == "fits" and not decision.borrowed:
@@ -155,7 +159,7 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
                 continue
             _flush_fits(snap, batch, moment, result)
             try:
-                _apply(snap, row, req, decision, moment, latency, result, codes, staged)
+                _apply(snap, row, req, decision, moment, as_of, latency, result, codes, staged)
                 if len(staged) >= PREEMPT_BATCH:
                     _flush_preempts(snap, staged, result)
             except DomainError as exc:  # lost a race with a report or a cancel; the next pass retries
@@ -238,9 +242,10 @@ def _release_reservation(snap: Snapshot, alloc_id: int) -> None:
 
 
 def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, moment: datetime,
-           latency: float, result: PassResult, codes: dict[int, str], staged: list[Staged]) -> None:
+           as_of: datetime, latency: float, result: PassResult, codes: dict[int, str],
+           staged: list[Staged]) -> None:
     """Fits and waits are written now; a preemption is staged and written with others (see
-    _flush_preempts)."""
+    _flush_preempts). The records say when the engine judged (``as_of``)."""
     group = snap.group
     alloc = Allocation(pk=row["id"], tenant_id=row["tenant_id"], resource_group_id=group.pk)
     if decision.outcome == "fits":
@@ -256,11 +261,11 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
     if decision.outcome == "wait":
         if codes.get(row["id"]) != decision.code:
             codes[row["id"]] = decision.code
-            record_decision(group, row["id"], row["tenant_id"], decision, snap, moment, latency, Execution.RECORDED)
+            record_decision(group, row["id"], row["tenant_id"], decision, snap, as_of, latency, Execution.RECORDED)
         result.waiting += 1
         return
     shadow = group.shadow
-    staged.append((row, decision, build_record(group, row["id"], decision, snap, moment, latency,
+    staged.append((row, decision, build_record(group, row["id"], decision, snap, as_of, latency,
                                                Execution.SHADOW if shadow else Execution.EXECUTED)))
     if not shadow:  # later decisions of this pass see the victims leaving, written or not yet
         for v in decision.victims:
