@@ -64,13 +64,19 @@ def subscribe(group: str, delta: int) -> None:
 
 
 def has_subscribers(group: str) -> bool:
+    return group in watched([group])
+
+
+def watched(groups: list[str]) -> set[str]:
+    """Those of ``groups`` with a live subscriber, in one round trip (all of them if unknown)."""
     client = _redis()
     if client is None:
-        return _local_subscribers.get(group, 0) > 0
+        return {g for g in groups if _local_subscribers.get(g, 0) > 0}
     try:
-        return int(client.get(f"lattice:subscribers:{group}") or 0) > 0
-    except Exception:
-        return True
+        counts = client.mget([f"lattice:subscribers:{g}" for g in groups])
+    except Exception:  # without the counts, events are sent anyway: never lose one
+        return set(groups)
+    return {g for g, n in zip(groups, counts, strict=True) if int(n or 0) > 0}
 
 
 def _send(group: str, message: dict[str, Any]) -> None:
@@ -111,13 +117,35 @@ def agent_commands_on_commit(commands: list[tuple[str, dict[str, Any]]]) -> None
 
 def event_on_commit(kind: str, payload: dict[str, Any], tenant_id: int | None) -> None:
     """A live event for operators (and the tenant it concerns), sent after commit."""
-    message = {"type": "live.event", "event": {"kind": kind, **payload}}
+    events_on_commit([(kind, payload, tenant_id)])
+
+
+def events_on_commit(events: list[tuple[str, dict[str, Any], int | None]]) -> None:
+    """Live events (kind, payload, tenant id or None), sent in order after commit in one go: one
+    check of who is watching for all of them, one event-loop hop, nothing for unwatched groups."""
+    if not events:
+        return
 
     def send() -> None:
-        groups = [OPS_GROUP] + ([tenant_group(tenant_id)] if tenant_id is not None else [])
-        for group in groups:
-            if has_subscribers(group):  # nobody watching: nothing to send
-                _send(group, message)
+        targets = [[OPS_GROUP] + ([tenant_group(t)] if t is not None else []) for _, _, t in events]
+        seen = watched(sorted({g for groups in targets for g in groups}))
+        if not seen:
+            return
+
+        async def send_all() -> None:
+            layer = get_channel_layer()
+            if layer is None:
+                return
+            for (kind, payload, _), groups in zip(events, targets, strict=True):
+                message = {"type": "live.event", "event": {"kind": kind, **payload}}
+                for group in groups:
+                    if group in seen:
+                        await layer.group_send(group, message)
+
+        try:
+            async_to_sync(send_all)()
+        except Exception:  # the pages read the database on load; a lost live event is only late
+            log.warning("could not send %d live events", len(events), exc_info=True)
 
     transaction.on_commit(send)
 

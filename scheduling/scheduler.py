@@ -24,7 +24,7 @@ from django.utils import timezone
 from scheduling import snapshot_cache
 from scheduling.actions.preemption import allocation_place, allocations_hold, preempt_for
 from scheduling.actions.starts import allocations_start
-from scheduling.dispatch import event_on_commit
+from scheduling.dispatch import event_on_commit, events_on_commit
 from scheduling.engine import Decision, decide
 from scheduling.engine import model as em
 from scheduling.errors import DomainError
@@ -309,10 +309,9 @@ def _write_preempts(snap: Snapshot, batch: list[Staged]) -> list[PreemptionDecis
                      for (_, decision, _), record in zip(batch, records, strict=True)],
                     checkpoint_timeout_s=snap.policy.checkpoint_timeout_minutes * 60)
         allocations_hold({row["id"]: [snap.node_ids[n] for n in decision.nodes] for row, decision, _ in batch})
-    for (row, decision, _), record in zip(batch, records, strict=True):
-        event_on_commit("decision", {"decision": record.pk, "preemptor": row["id"], "code": decision.code,
-                                     "victims": [v.id for v in decision.victims], "shadow": group.shadow},
-                        row["tenant_id"])
+    events_on_commit([("decision", {"decision": record.pk, "preemptor": row["id"], "code": decision.code,
+                                    "victims": [v.id for v in decision.victims], "shadow": group.shadow},
+                        row["tenant_id"]) for (row, decision, _), record in zip(batch, records, strict=True)])
     return records
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 
 from scheduling.actions.preemption import allocation_deadline, sweep
 from scheduling.models import Allocation, ResourceGroup
 from scheduling.scheduler import schedule_pass
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(name="scheduling.schedule_resource_group", ignore_result=True, time_limit=120)
@@ -19,6 +23,16 @@ def preemption_deadline(allocation_id: int) -> None:
     alloc = Allocation.objects.filter(pk=allocation_id).first()
     if alloc is not None:
         allocation_deadline(allocation=alloc)
+
+
+@shared_task(name="scheduling.preemption_deadlines", ignore_result=True, time_limit=120)
+def preemption_deadlines(allocation_ids: list[int]) -> None:
+    """The deadlines of a batch of victims asked at once (same grace): one message, not one each."""
+    for alloc in Allocation.objects.filter(pk__in=allocation_ids).order_by("pk"):
+        try:
+            allocation_deadline(allocation=alloc)
+        except Exception:  # the others still get theirs; the periodic sweep retries this one
+            log.exception("deadline of allocation %s failed", alloc.pk)
 
 
 @shared_task(name="scheduling.sweep", ignore_result=True, time_limit=120)

@@ -14,7 +14,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling.actions.allocations import allocation_transition, allocations_transition
-from scheduling.dispatch import agent_command_on_commit, event_on_commit, task_on_commit
+from scheduling.dispatch import (
+    agent_command_on_commit,
+    event_on_commit,
+    events_on_commit,
+    task_on_commit,
+)
 from scheduling.errors import Conflict
 from scheduling.models import Allocation, AllocationEvent, Placement, PreemptionDecision
 from scheduling.states import FINAL, HOLDING, State
@@ -28,6 +33,12 @@ def _deadline_task() -> Any:
     from scheduling.tasks import preemption_deadline
 
     return preemption_deadline
+
+
+def _deadlines_task() -> Any:
+    from scheduling.tasks import preemption_deadlines
+
+    return preemption_deadlines
 
 
 def _request_pass(group_id: int) -> None:
@@ -128,6 +139,7 @@ def preempt_for(decisions: list[Chosen], *, checkpoint_timeout_s: float) -> None
                 "allocation_id", "node__name"):
             nodes.setdefault(alloc_id, []).append(name)
         commands: list[tuple[str, dict[str, Any]]] = []
+        events: list[tuple[str, dict[str, Any], int | None]] = []
         for action in ("checkpoint", "terminate"):
             group = [pk for pk in ids if chosen[pk][2] == action]
             if not group:
@@ -150,9 +162,12 @@ def preempt_for(decisions: list[Chosen], *, checkpoint_timeout_s: float) -> None
                           "reason": "preempted"} if action == "checkpoint" else
                          {"type": "terminate", "allocation": str(pk), "grace_s": TERMINATE_GRACE_S})
                 commands += [(name, frame) for name in nodes.get(pk, [])]
-                task_on_commit(_deadline_task(), pk, countdown=grace + 1)
-                event_on_commit("allocation.state", {"allocation": pk, "state": to}, rows[pk].tenant_id)
+                events.append(("allocation.state", {"allocation": pk, "state": to}, rows[pk].tenant_id))
+            # Each deadline is its decision's moment plus the grace, so all of the group's are due
+            # grace + 1 s after this commit: one task for them (the periodic sweep backs it up).
+            task_on_commit(_deadlines_task(), group, countdown=grace + 1)
         agent_commands_on_commit(commands)
+        events_on_commit(events)
 
 
 def allocations_hold(holds: dict[int, list[int]]) -> None:

@@ -124,3 +124,33 @@ def test_events_go_only_to_groups_someone_watches(db):
 
     assert not has_subscribers("ops")
     assert async_to_sync(scenario)() is False
+
+
+def test_events_of_one_commit_go_out_together_in_order_each_to_its_audience(client, operator, tenant_physics,
+                                                                           tenant_chemistry, django_user_model):
+    from django.test import Client
+
+    from scheduling.dispatch import events_on_commit
+
+    client.force_login(operator)
+    alice = Client()
+    alice.force_login(django_user_model.objects.get(username="alice"))
+
+    async def scenario():
+        ops, member = _comm(client), _comm(alice)
+        assert (await ops.connect())[0] and (await member.connect())[0]
+        await ops.receive_json_from(timeout=5)
+        await member.receive_json_from(timeout=5)
+        await database_sync_to_async(lambda: events_on_commit([
+            ("a", {"n": 1}, tenant_physics.pk), ("b", {"n": 2}, tenant_chemistry.pk),
+            ("c", {"n": 3}, None), ("d", {"n": 4}, tenant_physics.pk)]))()
+        got_ops = await _events(ops, 4)
+        got_member = await _events(member, 2)
+        assert await member.receive_nothing(timeout=0.3)
+        await ops.disconnect()
+        await member.disconnect()
+        return got_ops, got_member
+
+    got_ops, got_member = async_to_sync(scenario)()
+    assert [e["kind"] for e in got_ops] == ["a", "b", "c", "d"]
+    assert got_member == [{"kind": "a", "n": 1}, {"kind": "d", "n": 4}]

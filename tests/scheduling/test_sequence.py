@@ -235,3 +235,23 @@ def test_a_victim_ending_before_the_write_costs_only_its_own_preemption(resource
     assert Allocation.objects.get(pk=kept).state == "checkpointing"
     executed = PreemptionDecision.objects.filter(result="preempt", outcome="executed")
     assert list(executed.values_list("preemptor_id", flat=True)) == [highs[1].pk]
+
+
+def test_one_deadline_task_handles_every_victim_of_a_batch(resource_group, vcluster_hpc, two_nodes,
+                                                           make_allocation):
+    from scheduling.tasks import preemption_deadlines
+
+    victims = [_job(make_allocation, 1, vcluster=vcluster_hpc) for _ in range(2)]
+    schedule_pass(resource_group.pk)
+    high = _job(make_allocation, 7, vcluster=vcluster_hpc, node_count=2)
+    assert schedule_pass(resource_group.pk).preempted == 1
+    assert [_state(v) for v in victims] == ["checkpointing", "checkpointing"]
+    # Unresponsive past their deadline (the task runs when it is due; here the deadline is moved).
+    Allocation.objects.filter(pk__in=[v.pk for v in victims]).update(
+        deadline_at=timezone.now() - timedelta(seconds=1))
+
+    preemption_deadlines([v.pk for v in victims])
+    assert [_state(v) for v in victims] == ["failed", "failed"]
+    preemption_deadlines([v.pk for v in victims])  # again: nothing more happens
+    assert [_state(v) for v in victims] == ["failed", "failed"]
+    assert _state(high) == "pending"
