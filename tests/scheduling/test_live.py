@@ -32,6 +32,25 @@ def _comm(client) -> WebsocketCommunicator:
                                                                     (b"origin", b"http://127.0.0.1")])
 
 
+def _operator_and_member(client, operator, django_user_model):
+    """Browsers logged in as the operator and as alice (physics); returns a coroutine factory
+    that connects both sockets and reads their greeting."""
+    from django.test import Client
+
+    client.force_login(operator)
+    alice = Client()
+    alice.force_login(django_user_model.objects.get(username="alice"))
+
+    async def connected() -> tuple[WebsocketCommunicator, WebsocketCommunicator]:
+        ops, member = _comm(client), _comm(alice)
+        assert (await ops.connect())[0] and (await member.connect())[0]
+        await ops.receive_json_from(timeout=5)
+        await member.receive_json_from(timeout=5)
+        return ops, member
+
+    return connected
+
+
 def test_anonymous_browser_is_refused(client):
     async def scenario():
         comm = _comm(client)
@@ -43,17 +62,10 @@ def test_anonymous_browser_is_refused(client):
 
 def test_operator_hears_every_event_and_member_only_its_tenant(client, operator, tenant_physics, tenant_chemistry,
                                                                django_user_model):
-    from django.test import Client
-
-    client.force_login(operator)
-    alice = Client()
-    alice.force_login(django_user_model.objects.get(username="alice"))
+    connected = _operator_and_member(client, operator, django_user_model)
 
     async def scenario():
-        ops, member = _comm(client), _comm(alice)
-        assert (await ops.connect())[0] and (await member.connect())[0]
-        await ops.receive_json_from(timeout=5)
-        await member.receive_json_from(timeout=5)
+        ops, member = await connected()
         await database_sync_to_async(lambda: event_on_commit("x", {"n": 1}, tenant_chemistry.pk))()
         await database_sync_to_async(lambda: event_on_commit("y", {"n": 2}, tenant_physics.pk))()
         got_ops = await _events(ops, 2)
@@ -128,19 +140,12 @@ def test_events_go_only_to_groups_someone_watches(db):
 
 def test_events_of_one_commit_go_out_together_in_order_each_to_its_audience(client, operator, tenant_physics,
                                                                            tenant_chemistry, django_user_model):
-    from django.test import Client
-
     from scheduling.dispatch import events_on_commit
 
-    client.force_login(operator)
-    alice = Client()
-    alice.force_login(django_user_model.objects.get(username="alice"))
+    connected = _operator_and_member(client, operator, django_user_model)
 
     async def scenario():
-        ops, member = _comm(client), _comm(alice)
-        assert (await ops.connect())[0] and (await member.connect())[0]
-        await ops.receive_json_from(timeout=5)
-        await member.receive_json_from(timeout=5)
+        ops, member = await connected()
         await database_sync_to_async(lambda: events_on_commit([
             ("a", {"n": 1}, tenant_physics.pk), ("b", {"n": 2}, tenant_chemistry.pk),
             ("c", {"n": 3}, None), ("d", {"n": 4}, tenant_physics.pk)]))()
