@@ -36,7 +36,6 @@ from scheduling.models import (
     ResourceGroup,
 )
 from scheduling.models.records import Execution
-from scheduling.quota_book import QuotaBook
 from scheduling.snapshot import ALLOCATION_FIELDS, Snapshot, engine_allocation, load_snapshot
 from scheduling.states import State
 
@@ -131,7 +130,8 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
         queue = pending_queue(group, snap.policy.kind, budget + 1, set(holds))
         result.more = len(queue) > budget
         _reserve_holds(snap, holds)
-        quotas = snap.quotas if snap.quotas is not None else QuotaBook.load()
+        quotas = snap.quotas
+        assert quotas is not None, "snapshot_cache.take always gives a pass its quota book"
         codes = last_codes([row["id"] for row in queue[:budget]])
         batch: list[tuple[dict, em.Allocation, Decision]] = []
         staged: list[Staged] = []
@@ -193,6 +193,8 @@ def _flush_fits(snap: Snapshot, batch: list[tuple[dict, em.Allocation, Decision]
     if not batch:
         return
     by_id = {row["id"]: (row, req, decision) for row, req, decision in batch}
+    quotas = snap.quotas
+    assert quotas is not None
     with transaction.atomic():
         snapshot_cache.tag_writes(snap)
         allocs = {a.pk: a for a in allocations_start({pk: list(d.nodes) for pk, (_, _, d) in by_id.items()},
@@ -205,8 +207,7 @@ def _flush_fits(snap: Snapshot, batch: list[tuple[dict, em.Allocation, Decision]
                 pk for pk, a in allocs.items() if a.tenant_id == tenant_id)}, tenant_id)
     for pk in set(by_id) - set(allocs):  # cancelled meanwhile: undo its place and its quota use
         snap.cluster.remove(str(pk))
-        if snap.quotas is not None:
-            snap.quotas.give_back(by_id[pk][0])
+        quotas.give_back(by_id[pk][0])
     result.placed += len(allocs)
     batch.clear()
 

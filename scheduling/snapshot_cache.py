@@ -78,7 +78,7 @@ def _still_valid(group_id: int, kept: Snapshot) -> bool:
     now, here, anywhere = _changes(group_id, kept)
     if here:
         return False
-    if anywhere or kept.quotas is None:
+    if anywhere:
         with transaction.atomic():
             now = _repeatable_read()
             if _changes(group_id, kept)[1]:  # this group changed since the check above
