@@ -248,8 +248,8 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
     """Fits and waits are written now; a preemption is staged and written with others (see
     _flush_preempts). The records say when the engine judged (``as_of``)."""
     group = snap.group
-    alloc = Allocation(pk=row["id"], tenant_id=row["tenant_id"], resource_group_id=group.pk)
     if decision.outcome == "fits":
+        alloc = Allocation(pk=row["id"], tenant_id=row["tenant_id"], resource_group_id=group.pk)
         allocation_place(allocation=alloc, node_ids=snap.node_ids, nodes=list(decision.nodes),
                                   borrowed=list(decision.borrowed), now=moment)
         snap.cluster.add(replace(req, state="running", started_at=moment.timestamp(), held_nodes=(),

@@ -101,7 +101,7 @@ class Cluster:
         self._init_slots(max(16, len(running)), n_res)
         self._init_entries(max(16, sum(len(a.placement) for a in running)), n_res)
         self.version = 0
-        self.state_version = 0  # bumped by state-only changes: only state-dependent caches rebuild
+        self.state_version = 0  # bumped by state-only changes, which leave cached values in place
         self._cache: dict[Any, Any] = {}
         for a in running:
             self.add(a)
@@ -306,7 +306,7 @@ class Cluster:
 
     def set_state(self, alloc_id: str, state: str) -> bool:
         """Change a running entry's state in place (a victim starts leaving); returns False if absent.
-        Only caches that depend on states (the protections) are rebuilt afterwards."""
+        Cached values stay: what depends on states reads ``a_running`` when used."""
         from dataclasses import replace
 
         slot = self.slot_of.get(alloc_id)
@@ -327,15 +327,14 @@ class Cluster:
         self.version += 1
 
     # -- cached orderings ----------------------------------------------------------
-    def cached(self, key: Any, build: Callable[[], Any], *, states: bool = False) -> Any:
-        """A value that depends only on the snapshot, rebuilt after any update (and, with
-        ``states``, after a state-only change too)."""
-        stamp = (self.version, self.state_version) if states else (self.version, None)
+    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
+        """A value that depends only on the snapshot, rebuilt after any update but a state-only
+        change (which callers that depend on states apply themselves)."""
         hit = self._cache.get(key)
-        if hit is not None and hit[0] == stamp:
+        if hit is not None and hit[0] == self.version:
             return hit[1]
         value = build()
-        self._cache[key] = (stamp, value)
+        self._cache[key] = (self.version, value)
         return value
 
     @property
@@ -356,6 +355,15 @@ class Cluster:
 
     def live_entries(self) -> IArr:
         result: IArr = self.cached("live_entries", lambda: np.flatnonzero(self.e_alive[: self._next_entry]))
+        return result
+
+    def live_slots_nodes(self) -> tuple[IArr, IArr]:
+        """The slot and the node of each live entry, in ``live_entries`` order."""
+        def build() -> tuple[IArr, IArr]:
+            live = self.live_entries()
+            return self.e_alloc[live], self.e_node[live]
+
+        result: tuple[IArr, IArr] = self.cached("live_slots_nodes", build)
         return result
 
     # -- Python views for small paths and explanations -------------------------------

@@ -321,16 +321,16 @@ def _summary(cluster: Cluster, judged: Judged, is_cost: bool, chosen: set[int], 
     if int(live.sum()) <= max_rows:
         return _candidates(cluster, judged, is_cost, chosen, skipped), {}
     near = np.zeros(len(judged.codes), dtype=bool)
-    node_idx = [cluster.node_index[n] for n in nodes]
-    entries = cluster.live_entries()
-    on = np.isin(cluster.e_node[entries], node_idx)
-    near[cluster.e_alloc[entries][on]] = True
+    chosen_nodes = np.zeros(len(cluster.node_names), dtype=bool)
+    chosen_nodes[[cluster.node_index[n] for n in nodes]] = True
+    slots, on_nodes = cluster.live_slots_nodes()
+    near[slots[chosen_nodes[on_nodes]]] = True
     near[list(chosen)] = True
     near &= live
     rows = _candidates(cluster, judged, is_cost, chosen, skipped, near)
     rest = live & ~near
-    counts = dict(zip(*np.unique(judged.codes[rest], return_counts=True), strict=True))
-    named = {("NOT_NEEDED" if int(k) == 0 else CODES[int(k)]): int(v) for k, v in counts.items()}
+    counts = np.bincount(judged.codes[rest], minlength=len(CODES))
+    named = {("NOT_NEEDED" if k == 0 else CODES[k]): int(counts[k]) for k in np.flatnonzero(counts).tolist()}
     return rows, named
 
 

@@ -71,14 +71,15 @@ def _times(cluster: Cluster, now: float) -> tuple[FArr, FArr, FArr, BArr]:
 
 
 def _protections(cluster: Cluster, policy: Policy, now: float, sensitive_request: bool) -> IArr:
-    """Section 4.2 codes per slot (-1 for empty slots); they do not depend on the request."""
+    """Section 4.2 codes per slot (-1 for empty slots); they do not depend on the request.
+    NOT_RUNNING, the first rule, is applied on each call: victims leave between two decisions of
+    a pass, and the other rules, cached until the snapshot itself changes, need not be redone."""
     def build() -> IArr:
         n = cluster.slots
         _, elapsed, remaining, _ = _times(cluster, now)
         codes: IArr = np.where(cluster.alive[:n], 0, -1).astype(np.int64)
         vc = cluster.a_vc[:n]
         vc_i = np.where(vc >= 0, vc, len(cluster.vc_sensitive) - 1)
-        _assign(codes, ~cluster.a_running[:n], "NOT_RUNNING")
         _assign(codes, cluster.a_sens[:n] | cluster.vc_sensitive[vc_i], "SENSITIVE")
         _assign(codes, cluster.a_prot[:n] > now, "PROTECTED")
         _assign(codes, ~cluster.a_preemptible[:n], "NOT_PREEMPTIBLE")
@@ -93,7 +94,9 @@ def _protections(cluster: Cluster, policy: Policy, now: float, sensitive_request
 
     key = ("protections", now, policy.near_completion_minutes, policy.min_runtime_minutes,
            policy.max_preemptions_per_job, sensitive_request)
-    result: IArr = cluster.cached(key, build, states=True)
+    n = cluster.slots
+    rest: IArr = cluster.cached(key, build)
+    result: IArr = np.where(cluster.alive[:n] & ~cluster.a_running[:n], CODE["NOT_RUNNING"], rest)
     return result
 
 
@@ -108,8 +111,8 @@ def judge(cluster: Cluster, view: RequestView, policy: Policy, req: Allocation, 
     if policy.reclaim_rule == "any":
         kind_codes[reclaim] = 0
     codes: IArr = np.where(protected == 0, kind_codes, protected)
-    live = cluster.live_entries()
-    on_usable = np.bincount(cluster.e_alloc[live][view.placeable[cluster.e_node[live]]], minlength=n) > 0
+    slots, nodes = cluster.live_slots_nodes()
+    on_usable = np.bincount(slots[view.placeable[nodes]], minlength=n) > 0
     _assign(codes, ~on_usable, "NOT_ON_USABLE_NODE")
     eligible = codes == 0
     cost = class_cost(cluster, policy, now) if policy.kind == "class_cost" else None

@@ -101,7 +101,8 @@ class RequestView:
             base &= cluster.count == 0
         self.base_ok: BArr = base
         usable = kind != UNUSABLE
-        self.groups: IArr = np.unique(codes[usable])
+        # Without a "same" label every node is in group 0: no need to sort them to find it.
+        self.groups: IArr = np.unique(codes[usable]) if req.same else np.zeros(int(usable.any()), dtype=np.int64)
         size = int(codes.max()) + 1 if n else 1
         self.base_count: IArr = np.bincount(codes[base], minlength=size)
         self.placeable_count: IArr = np.bincount(codes[self.placeable], minlength=size)

@@ -45,8 +45,8 @@ def pool_entries(view: RequestView, pool: BArr) -> IArr:
     keeps them all)."""
     cluster = view.cluster
     live = cluster.live_entries()
-    slots, nodes = cluster.e_alloc[live], cluster.e_node[live]
-    keep = pool[slots] & view.placeable[nodes] & ~view.base_ok[nodes]
+    slots, nodes = cluster.live_slots_nodes()
+    keep = pool[slots] & (view.placeable & ~view.base_ok)[nodes]
     if not view.exclusive and len(view.need_idx):
         keep &= _frees_needed(view)
     result: IArr = live[keep]

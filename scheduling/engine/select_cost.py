@@ -15,13 +15,13 @@ from .select import (
     _Best,
     _better,
     _by_cost,
-    _entry_mask,
     _node_fit,
     _search,
     feasible_with_all,
     pool_entries,
     potential_nodes,
 )
+from .select_bounds import lower_bounds
 
 
 def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bound: int | None,
@@ -48,20 +48,6 @@ def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bo
     return Selection(sorted(best.victims))
 
 
-def _cost_order(view: RequestView, cost: FArr, key: tuple[float, float]) -> IArr:
-    """Live entries grouped by node, cheapest first (cached: cost depends on the snapshot only)."""
-    cluster = view.cluster
-    live = cluster.live_entries()
-
-    def build() -> IArr:
-        order = np.lexsort((cost[cluster.e_alloc[live]], cluster.e_node[live]))
-        result: IArr = live[order]
-        return result
-
-    result: IArr = cluster.cached(("cost_order", *key), build)
-    return result
-
-
 def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr, start: FArr, rank: IArr,
                       bound: int | None, cost_key: tuple[float, float], eligible: int) -> _Best:
     cluster = view.cluster
@@ -71,18 +57,27 @@ def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr
     slots = cluster.e_alloc[ents]
     single = _single_victim_entries(view, ents, potential)
     if single.any():
-        s = np.unique(slots[single])
+        has = np.zeros(cluster.slots, dtype=bool)
+        has[slots[single]] = True  # the slots of those entries, in order, without sorting them
+        s = np.flatnonzero(has)
         c = cost[s]
         tied = s[c <= c.min() + COST_EPS]
-        pick = min(tied.tolist(), key=lambda x: (float(cost[x]), -float(start[x]), int(rank[x])))
+        pick = int(tied[np.lexsort((rank[tied], -start[tied], cost[tied]))[0]])
         best.victims, best.cost = [pick], float(cost[pick])
     if bound is not None and bound < 2:
         return best
     # A node needing m victims costs at least its m cheapest candidates (m: fewest that could
     # free enough, taking the largest first). Exact when few are eligible; above EXACT_LIMIT the
     # contract allows a heuristic: search only the most promising nodes.
-    lower, fewest = _lower_bounds(view, ents, potential, cost, cost_key)
-    candidates = np.flatnonzero(np.isfinite(lower) & (fewest >= 2))
+    lower, fewest = lower_bounds(view, ents, potential, cost, cost_key)
+    reach = np.isfinite(lower) & (fewest >= 2)
+    if best.victims is not None:  # the walk below stops at the first node bounded above the best
+        reach &= lower <= best.cost + COST_EPS
+    candidates = np.flatnonzero(reach)
+    if eligible > EXACT_LIMIT and len(candidates) > HEURISTIC_NODES:
+        # Only the first HEURISTIC_NODES in bound order are searched: sort the few that can be.
+        cut = np.partition(lower[candidates], HEURISTIC_NODES - 1)[HEURISTIC_NODES - 1]
+        candidates = candidates[lower[candidates] <= cut]
     order = candidates[np.lexsort((fewest[candidates], lower[candidates]))]
     if eligible > EXACT_LIMIT:
         order = order[:HEURISTIC_NODES]
@@ -104,50 +99,12 @@ def _single_victim_entries(view: RequestView, ents: IArr, potential: BArr) -> BA
     """Entries whose allocation alone would make its node fit."""
     cluster = view.cluster
     nodes = cluster.e_node[ents]
-    idx = view.need_idx
-    single: BArr = potential[nodes].copy()
-    if len(idx):
-        single &= np.all(view.free[nodes][:, idx] + cluster.e_res[ents][:, idx] + EPS >= view.need[idx], axis=1)
+    single: BArr = potential[nodes]
+    for r in view.need_idx.tolist():  # one column at a time: no copy of every resource of every entry
+        single &= view.free[nodes, r] + cluster.e_res[ents, r] + EPS >= view.need[r]
     if view.exclusive:
         single &= cluster.count[nodes] == 1
     return single
-
-
-def _lower_bounds(view: RequestView, ents: IArr, potential: BArr, cost: FArr,
-                  cost_key: tuple[float, float]) -> tuple[FArr, IArr]:
-    """Per node: the fewest victims that could make it fit, and the sum of that many cheapest costs."""
-    cluster = view.cluster
-    n = len(cluster.node_names)
-    mask = _entry_mask(cluster, ents)
-    fewest = np.zeros(n, dtype=np.int64)
-    for r in view.need_idx.tolist():
-        e = ents[np.lexsort((-cluster.e_res[ents, r], cluster.e_node[ents]))]
-        nodes = cluster.e_node[e]
-        first = np.r_[True, nodes[1:] != nodes[:-1]] if len(nodes) else np.zeros(0, dtype=bool)
-        seg = np.cumsum(first) - 1
-        cum = np.cumsum(cluster.e_res[e, r])
-        within = cum - np.r_[0.0, cum][np.flatnonzero(first)][seg]
-        deficit = view.need[r] - view.free[nodes, r] - EPS
-        enough = within >= deficit
-        pos = np.arange(len(e)) - np.flatnonzero(first)[seg] + 1
-        need_r = np.full(n, np.iinfo(np.int64).max)
-        np.minimum.at(need_r, nodes[enough], pos[enough])
-        fewest = np.maximum(fewest, need_r)
-    if view.exclusive:
-        fewest = np.maximum(fewest, cluster.count)
-    order = _cost_order(view, cost, cost_key)
-    ordered = order[mask[order]]
-    onode = cluster.e_node[ordered]
-    first = np.r_[True, onode[1:] != onode[:-1]] if len(onode) else np.zeros(0, dtype=bool)
-    seg = np.cumsum(first) - 1
-    cum = np.cumsum(cost[cluster.e_alloc[ordered]])
-    within = cum - np.r_[0.0, cum][np.flatnonzero(first)][seg]
-    pos = np.arange(len(ordered)) - np.flatnonzero(first)[seg] + 1
-    lower = np.full(n, np.inf)
-    hit = pos == fewest[onode]
-    lower[onode[hit]] = within[hit]
-    lower[~potential] = np.inf
-    return lower, fewest
 
 
 def _greedy_by_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr, start: FArr, rank: IArr,

@@ -1,0 +1,131 @@
+"""class_cost, single-node requests: a lower bound on the cost of freeing each node.
+
+For each node, the fewest pool victims that could make the request fit there
+(taking the largest amounts first), and the sum of that many cheapest costs.
+A node whose bound exceeds the best set found so far is never searched.
+
+Within one snapshot version the bounds change only where the pool changes
+(victims chosen by earlier decisions of a pass stop being candidates), so the
+last bounds of each request shape are kept and only the nodes whose pool
+entries changed are computed again. Both ways sum every node's entries in the
+same order, so a patched bound is the very number a full computation gives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .cluster import EPS, BArr, Cluster, FArr, IArr
+from .placement import RequestView
+
+_NONE = np.iinfo(np.int64).max
+# Beyond this share of changed entries a full computation is cheaper than patching nodes.
+_PATCH_SHARE = 0.05
+
+
+def _node_sorted(cluster: Cluster, key: tuple[Any, ...], sort_keys: Any) -> tuple[IArr, IArr]:
+    """Live entries grouped by node and ordered within each node, and where each node's run
+    starts (cached: they depend on the snapshot only)."""
+    live = cluster.live_entries()
+
+    def build() -> tuple[IArr, IArr]:
+        order: IArr = live[np.lexsort((*sort_keys(live), cluster.e_node[live]))]
+        starts: IArr = np.searchsorted(cluster.e_node[order], np.arange(len(cluster.node_names) + 1))
+        return order, starts
+
+    result: tuple[IArr, IArr] = cluster.cached(key, build)
+    return result
+
+
+def amount_order(cluster: Cluster, r: int) -> tuple[IArr, IArr]:
+    """By node, largest amount of resource ``r`` first."""
+    return _node_sorted(cluster, ("amount_order", r), lambda live: (-cluster.e_res[live, r],))
+
+
+def cost_order(cluster: Cluster, cost: FArr, cost_key: tuple[float, float]) -> tuple[IArr, IArr]:
+    """By node, cheapest first."""
+    return _node_sorted(cluster, ("cost_order", *cost_key), lambda live: (cost[cluster.e_alloc[live]],))
+
+
+def _pick(order: tuple[IArr, IArr], mask: BArr, nodes: IArr | None) -> IArr:
+    """The masked entries of ``order``, all or on ``nodes`` only, keeping the order."""
+    entries, starts = order
+    if nodes is not None:
+        entries = np.concatenate([entries[starts[i]:starts[i + 1]] for i in nodes.tolist()]) if len(nodes) \
+            else entries[:0]
+    result: IArr = entries[mask[entries]]
+    return result
+
+
+def _positions(node_of: IArr) -> IArr:
+    """1-based position of each entry within its node's run."""
+    if not len(node_of):
+        return np.zeros(0, dtype=np.int64)
+    first = np.flatnonzero(np.r_[True, node_of[1:] != node_of[:-1]])
+    runs = np.diff(np.r_[first, len(node_of)])
+    result: IArr = np.arange(len(node_of)) - np.repeat(first, runs) + 1
+    return result
+
+
+def _compute(view: RequestView, mask: BArr, cost: FArr, cost_key: tuple[float, float],
+             nodes: IArr | None) -> tuple[FArr, IArr]:
+    """Bounds from the masked entries, for every node or for ``nodes`` only (others left as
+    if they had no entries)."""
+    cluster = view.cluster
+    n = len(cluster.node_names)
+    fewest = np.zeros(n, dtype=np.int64)
+    for r in view.need_idx.tolist():
+        e = _pick(amount_order(cluster, r), mask, nodes)
+        node_of = cluster.e_node[e]
+        amounts = cluster.e_res[e, r]
+        cum = np.cumsum(amounts)
+        first = _positions(node_of) == 1
+        within = cum - (cum - amounts)[first][np.cumsum(first) - 1]  # running sum within each node
+        deficit = view.need[r] - view.free[node_of, r] - EPS
+        enough = within >= deficit
+        # Amounts come largest first, so a node's running sum only grows: the fewest victims is one
+        # more than the entries still short, on nodes where the sum gets there at all.
+        short = np.bincount(node_of[~enough], minlength=n)
+        reached = np.bincount(node_of[enough], minlength=n) > 0
+        fewest = np.maximum(fewest, np.where(reached, short + 1, _NONE))
+    if view.exclusive:
+        fewest = np.maximum(fewest, cluster.count)
+    e = _pick(cost_order(cluster, cost, cost_key), mask, nodes)
+    node_of = cluster.e_node[e]
+    pos = _positions(node_of)
+    take = pos <= fewest[node_of]
+    # bincount adds each node's costs one by one in entry order: the same sum however many
+    # other nodes are computed alongside.
+    sums = np.bincount(node_of, weights=np.where(take, cost[cluster.e_alloc[e]], 0.0), minlength=n).astype(np.float64)
+    count = np.bincount(node_of, minlength=n)
+    lower: FArr = np.where((fewest >= 1) & (count >= fewest), sums, np.inf)
+    return lower, fewest
+
+
+def lower_bounds(view: RequestView, ents: IArr, potential: BArr, cost: FArr,
+                 cost_key: tuple[float, float]) -> tuple[FArr, IArr]:
+    """Per node: the fewest victims that could make it fit, and the sum of that many cheapest costs
+    (infinite where the node cannot be made to fit)."""
+    cluster = view.cluster
+    mask = np.zeros(len(cluster.e_alloc), dtype=bool)
+    mask[ents] = True
+    # Kept until the snapshot changes (not on state-only changes), per request shape.
+    memo: dict[str, tuple[BArr, FArr, IArr]] = cluster.cached(
+        ("bounds", tuple(view.need.tolist()), view.exclusive, cost_key), dict)
+    last = memo.get("last")
+    if last is not None and len(last[0]) == len(mask):
+        changed = np.flatnonzero(mask != last[0])
+        if len(changed) <= _PATCH_SHARE * max(1, len(ents)):
+            nodes = np.unique(cluster.e_node[changed])
+            lower, fewest = last[1].copy(), last[2].copy()
+            if len(nodes):
+                part_lower, part_fewest = _compute(view, mask, cost, cost_key, nodes)
+                lower[nodes], fewest[nodes] = part_lower[nodes], part_fewest[nodes]
+        else:
+            lower, fewest = _compute(view, mask, cost, cost_key, None)
+    else:
+        lower, fewest = _compute(view, mask, cost, cost_key, None)
+    memo["last"] = (mask, lower, fewest)
+    return np.where(potential, lower, np.inf), fewest
