@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from .fields import RecordJSONField
+
 
 class Execution(models.TextChoices):
     EXECUTED = "executed", "Executed"
@@ -25,12 +27,12 @@ class PreemptionDecision(models.Model):
     result = models.CharField(max_length=8, help_text="fits, preempt or wait")
     code = models.CharField(max_length=32)
     trigger = models.CharField(max_length=16, blank=True)
-    nodes = models.JSONField(default=list)
-    borrowed = models.JSONField(default=list)
-    victims = models.JSONField(default=list)
-    candidates = models.JSONField(default=list)
+    nodes = RecordJSONField(default=list)
+    borrowed = RecordJSONField(default=list)
+    victims = RecordJSONField(default=list)
+    candidates = RecordJSONField(default=list)
     explanation = models.TextField()
-    policy_snapshot = models.JSONField(default=dict)
+    policy_snapshot = RecordJSONField(default=dict)
     outcome = models.CharField(max_length=10, choices=Execution.choices, default=Execution.RECORDED)
     latency_ms = models.FloatField(null=True, blank=True)
     victim_allocations = models.ManyToManyField("scheduling.Allocation", blank=True, related_name="preempted_in")
