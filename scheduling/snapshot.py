@@ -101,17 +101,26 @@ def load_snapshot(group: ResourceGroup) -> Snapshot:
                          below_fair_share_since=ts(t["below_fair_share_since"]))
                for t in Tenant.objects.values("name", "quota__fair_share", "quota__burst_allowance",
                                               "below_fair_share_since")]
-    rows = list(Allocation.objects.filter(resource_group=group, state__in=HOLDING).values(*ALLOCATION_FIELDS))
-    placements: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
-    for p in Placement.objects.filter(allocation__resource_group=group, allocation__state__in=HOLDING,
-                                      kind="assigned").values("allocation_id", "node__name", *RES):
-        placements[p["allocation_id"]][p["node__name"]] = _resources(p)
     engine_nodes = [em.Node(name=n["name"], capacity=_resources(n), labels=n["labels"] or {},
                             vcluster=n["vcluster__name"], borrowed_by=n["borrowed_by__name"], state=n["state"])
                     for n in nodes]
-    running = [engine_allocation(r, placements.get(r["id"], {})) for r in rows if placements.get(r["id"])]
-    cluster = Cluster(engine_nodes, running, tenants, vclusters, session_types)
+    cluster = Cluster(engine_nodes, list(holding(group).values()), tenants, vclusters, session_types)
     return Snapshot(group, cluster, {n["name"]: n["id"] for n in nodes})
+
+
+def holding(group: ResourceGroup, ids: list[int] | None = None) -> dict[int, em.Allocation]:
+    """The group's allocations that hold capacity (all, or those of ``ids``), with their
+    placements, in two queries."""
+    rows = Allocation.objects.filter(resource_group=group, state__in=HOLDING)
+    places = Placement.objects.filter(allocation__resource_group=group, allocation__state__in=HOLDING,
+                                      kind="assigned")
+    if ids is not None:
+        rows, places = rows.filter(pk__in=ids), places.filter(allocation_id__in=ids)
+    placements: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
+    for p in places.values("allocation_id", "node__name", *RES):
+        placements[p["allocation_id"]][p["node__name"]] = _resources(p)
+    return {r["id"]: engine_allocation(r, placements[r["id"]]) for r in rows.values(*ALLOCATION_FIELDS)
+            if placements.get(r["id"])}
 
 
 def session_type_of(st: SessionType) -> em.SessionType:

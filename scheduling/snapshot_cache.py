@@ -6,12 +6,16 @@ cleanly, with the database snapshot (``pg_current_snapshot()``) it was loaded
 from in a REPEATABLE READ transaction and a writer tag. Every write to what the
 snapshot holds (running allocations, their placements, the group's nodes, and
 what every group reads) leaves a row in SnapshotChange through triggers, with
-the writing transaction's id and its tag. The next pass reuses the snapshot only
-if no such row is both invisible to that database snapshot (committed after the
-load, or in flight then) and written by someone else: a late commit is never
-missed, since visibility, not an id order, decides. The pass's own writes carry
-its tag and are already applied to the snapshot in memory. Anything unusual (a
-lost race, a reload for borrowing, an exception, ten minutes of age) drops it.
+the writing transaction's id and its tag (and, for allocations and placements,
+which allocations). The next pass looks for rows both invisible to that database
+snapshot (committed after the load, or in flight then) and written by someone
+else: a late commit is never missed, since visibility, not an id order, decides.
+If those rows name only allocations of the group (an agent's report, a cancel),
+the pass reloads just those allocations into the kept snapshot, under a new
+database snapshot that becomes the baseline; any other change (a node, a
+vCluster, a tenant) reloads the whole snapshot. The pass's own writes carry its
+tag and are already applied to the snapshot in memory. Anything unusual (a lost
+race, a reload for borrowing, an exception, ten minutes of age) drops it.
 SQLite (the embedded mode) reloads every pass.
 
 The tenants' quota use (QuotaBook) is kept the same way, except that it spans
@@ -25,6 +29,7 @@ load.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from datetime import timedelta
@@ -34,9 +39,11 @@ from django.utils import timezone
 
 from scheduling.models import ResourceGroup, SnapshotChange
 from scheduling.quota_book import QuotaBook
-from scheduling.snapshot import Snapshot, load_snapshot, policy_of
+from scheduling.snapshot import Snapshot, holding, load_snapshot, policy_of
 
 MAX_AGE_S = 600.0
+# Beyond this many allocations changed by others, a full reload is simpler than patching.
+PATCH_LIMIT = 5000
 KEEP_CHANGES = timedelta(hours=1)  # well past MAX_AGE_S: no kept snapshot predates a deleted change
 
 
@@ -73,18 +80,55 @@ def _repeatable_read() -> str:
 
 
 def _still_valid(group_id: int, kept: Snapshot) -> bool:
-    """Whether the kept snapshot still matches the database; reloads the quota book alone when
-    only other groups or quotas changed. Moves the baseline on."""
+    """Whether the kept snapshot matches the database, once brought up to date: the allocations
+    others changed in this group are reloaded into it, and the quota book is reloaded when any
+    holding allocation or quota changed. False when something else changed (nodes, vClusters,
+    tenants...) or too much did. Moves the baseline on."""
     now, here, anywhere = _changes(group_id, kept)
-    if here:
-        return False
     if anywhere:
         with transaction.atomic():
-            now = _repeatable_read()
-            if _changes(group_id, kept)[1]:  # this group changed since the check above
-                return False
+            now = _repeatable_read()  # the patch and the book read exactly this database snapshot
+            if here or _changes(group_id, kept)[1]:
+                ids = _changed_allocations(group_id, kept)
+                if ids is None or len(ids) > PATCH_LIMIT:
+                    return False
+                if not _patch(kept, ids):
+                    return False
             kept.quotas = QuotaBook.load()
     kept.pg_snapshot = now
+    return True
+
+
+def _changed_allocations(group_id: int, kept: Snapshot) -> list[int] | None:
+    """The allocations of this group that others changed since the baseline; None if a change
+    was not about allocations (or was for every group)."""
+    ids: set[int] = set()
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT allocations FROM scheduling_snapshotchange "
+            "WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot)::text::bigint "
+            "AND NOT pg_visible_in_snapshot(xid::text::xid8, %s::pg_snapshot) AND writer <> %s "
+            "AND (group_id = %s OR group_id IS NULL)",
+            [kept.pg_snapshot, kept.pg_snapshot, kept.writer, group_id])
+        for (allocations,) in cur.fetchall():
+            if allocations is None:
+                return None
+            ids.update(json.loads(allocations) if isinstance(allocations, str) else allocations)
+    return sorted(ids)
+
+
+def _patch(kept: Snapshot, ids: list[int]) -> bool:
+    """Reload these allocations into the kept snapshot: those that no longer hold capacity leave
+    it, the others come back as the database has them. False if one is placed on a node the
+    snapshot does not know (the caller then drops the snapshot, half patched)."""
+    fresh = holding(kept.group, ids)
+    cluster = kept.cluster
+    if any(name not in cluster.node_index for alloc in fresh.values() for name in alloc.placement):
+        return False
+    for pk in ids:
+        cluster.remove(str(pk))
+        if pk in fresh:
+            cluster.add(fresh[pk])
     return True
 
 

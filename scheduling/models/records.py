@@ -116,6 +116,9 @@ class SnapshotChange(models.Model):
     xid = models.BigIntegerField()
     writer = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField()
+    # The allocations whose rows or placements changed; null when something else changed (nodes,
+    # vClusters, tenants...), which only a full reload takes in.
+    allocations = models.JSONField(null=True, blank=True)
 
     class Meta:
         # A pass reads the changes since its previous check, of every group (quota use spans them).

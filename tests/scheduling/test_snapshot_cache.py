@@ -1,5 +1,6 @@
-"""The snapshot kept between passes (PostgreSQL): reused after the pass's own writes, reloaded after
-anyone else's, including a change that was still in flight while the snapshot was loaded."""
+"""The snapshot kept between passes (PostgreSQL): reused after the pass's own writes, patched with
+the allocations anyone else changed, reloaded after any other change (nodes...), including a change
+that was still in flight while the snapshot was loaded."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.utils import timezone
 
 from nodes.models import Node
 from scheduling import snapshot_cache
-from scheduling.models import Allocation
+from scheduling.models import Allocation, Placement
 from scheduling.scheduler import schedule_pass
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -139,3 +140,34 @@ def test_a_pass_counts_its_own_placements_in_the_kept_book(resource_group, vclus
     assert loads[0] == 1  # kept: nothing but the pass's own writes happened
     assert _node_of(first) == ["gpu-a"]
     assert _node_of(second) == []  # the kept book counted the first placement
+
+
+def test_others_changes_to_allocations_patch_the_kept_snapshot(resource_group, vcluster_hpc, two_nodes,
+                                                               make_allocation, loads):
+    first = _pending(make_allocation, vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    assert _node_of(first) == ["gpu-a"]
+
+    # Someone else ends it (as an agent's report does): gpu-a is free again.
+    with transaction.atomic():
+        Allocation.objects.filter(pk=first.pk).update(state="completed")
+        Placement.objects.filter(allocation_id=first.pk).delete()
+    second = _pending(make_allocation, vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    assert _node_of(second) == ["gpu-a"]  # a stale snapshot would have seen gpu-a taken: gpu-b
+
+    # Someone else starts one on gpu-b: the next request has nowhere to go.
+    with transaction.atomic():
+        foreign = make_allocation(state="running", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc,
+                                  preemption_class=5, started_at=timezone.now())  # not preemptible by class 1
+        Placement.objects.create(allocation=foreign, node=two_nodes[1], gpu=8)
+    third = _pending(make_allocation, vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    assert _node_of(third) == []
+    assert Allocation.objects.get(pk=third.pk).state == "pending"
+    assert loads[0] == 1  # patched each time, never reloaded
+
+    # A change that is not about allocations (a node) still reloads the whole snapshot.
+    Node.objects.filter(name="gpu-a").update(state="draining")
+    schedule_pass(resource_group.pk)
+    assert loads[0] == 2
