@@ -30,6 +30,7 @@ CHECKPOINT_CODE = {"auto": 0, "manual": 1, "none": 2}
 JOBTYPE_BIT = {"exclusive": 1, "forced": 2, "backfill": 4}
 NO_VC = -1
 MIXED = -2
+CACHE_KEYS = 64  # cached values per snapshot; one decision uses about fifteen
 
 
 class Cluster:
@@ -329,11 +330,19 @@ class Cluster:
     # -- cached orderings ----------------------------------------------------------
     def cached(self, key: Any, build: Callable[[], Any]) -> Any:
         """A value that depends only on the snapshot, rebuilt after any update but a state-only
-        change (which callers that depend on states apply themselves)."""
+        change (which callers that depend on states apply themselves). Many keys carry the time
+        a pass judges as of, so a kept snapshot would gather one set per pass: at most
+        CACHE_KEYS are kept, the stale ones dropped first, then the oldest built."""
         hit = self._cache.get(key)
         if hit is not None and hit[0] == self.version:
             return hit[1]
         value = build()
+        self._cache.pop(key, None)
+        if len(self._cache) >= CACHE_KEYS:
+            for old in [k for k, (stamp, _) in self._cache.items() if stamp != self.version]:
+                del self._cache[old]
+            while len(self._cache) >= CACHE_KEYS:
+                del self._cache[next(iter(self._cache))]
         self._cache[key] = (self.version, value)
         return value
 

@@ -48,3 +48,15 @@ def test_remove_and_add_match_a_fresh_snapshot():
     live.add(gone)
     assert decide(live, s.policy, s.pending, s.now).to_dict() == decide(_cluster(s), s.policy, s.pending,
                                                                         s.now).to_dict()
+
+
+def test_a_kept_snapshot_keeps_a_bounded_number_of_cached_values():
+    """Costs and orderings are cached per judging time: a snapshot kept across many passes must
+    not keep every pass's."""
+    s = _scenario()
+    live = _cluster(s)
+    passes = 200
+    for i in range(passes):  # each judging as of its own time
+        out = decide(live, s.policy, s.pending, s.now + 60 * i)
+        assert [v.id for v in out.victims] == ["a"]
+    assert 0 < len(live._cache) < passes  # keeping every pass's values would hold several per pass
