@@ -105,22 +105,20 @@ def _changed_allocations(group_id: int, kept: Snapshot) -> list[int] | None:
     ids: set[int] = set()
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT allocations FROM scheduling_snapshotchange "
-            "WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot)::text::bigint "
-            "AND NOT pg_visible_in_snapshot(xid::text::xid8, %s::pg_snapshot) AND writer <> %s "
+            f"SELECT allocations FROM scheduling_snapshotchange WHERE {_BY_OTHERS_SINCE} "
             "AND (group_id = %s OR group_id IS NULL)",
             [kept.pg_snapshot, kept.pg_snapshot, kept.writer, group_id])
         for (allocations,) in cur.fetchall():
             if allocations is None:
                 return None
-            ids.update(json.loads(allocations) if isinstance(allocations, str) else allocations)
+            ids.update(json.loads(allocations))  # a raw cursor reads jsonb as text
     return sorted(ids)
 
 
 def _patch(kept: Snapshot, ids: list[int]) -> bool:
     """Reload these allocations into the kept snapshot: those that no longer hold capacity leave
-    it, the others come back as the database has them. False if one is placed on a node the
-    snapshot does not know (the caller then drops the snapshot, half patched)."""
+    it, the others come back as the database has them. False, changing nothing, if one is placed
+    on a node the snapshot does not know (the caller then reloads)."""
     fresh = holding(kept.group, ids)
     cluster = kept.cluster
     if any(name not in cluster.node_index for alloc in fresh.values() for name in alloc.placement):
@@ -153,15 +151,19 @@ def forget(group_id: int | None = None) -> None:
         _kept.pop(group_id, None)
 
 
+# Change rows the kept baseline does not show (committed after it, or in flight then), written by
+# someone else; parameters: the baseline twice, then the pass's writer tag.
+_BY_OTHERS_SINCE = ("xid >= pg_snapshot_xmin(%s::pg_snapshot)::text::bigint "
+                    "AND NOT pg_visible_in_snapshot(xid::text::xid8, %s::pg_snapshot) AND writer <> %s")
+
+
 def _changes(group_id: int, kept: Snapshot) -> tuple[str, bool, bool]:
     """Changes by others that the kept baseline does not show: (the database snapshot this check
     ran under, any for this group or every group, any at all)."""
     with connection.cursor() as cur:
         cur.execute(
             "SELECT pg_current_snapshot()::text, coalesce(bool_or(group_id = %s OR group_id IS NULL), false), "
-            "count(*) > 0 FROM scheduling_snapshotchange "
-            "WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot)::text::bigint "
-            "AND NOT pg_visible_in_snapshot(xid::text::xid8, %s::pg_snapshot) AND writer <> %s",
+            f"count(*) > 0 FROM scheduling_snapshotchange WHERE {_BY_OTHERS_SINCE}",
             [group_id, kept.pg_snapshot, kept.pg_snapshot, kept.writer])
         now, here, anywhere = cur.fetchone()
         return str(now), bool(here), bool(anywhere)
