@@ -51,6 +51,22 @@ def _operator_and_member(client, operator, django_user_model):
     return connected
 
 
+def _delivered(connected, send, n_ops: int, n_member: int) -> tuple[list, list]:
+    """Connect the operator's and the member's sockets, run ``send`` (database work, in a thread)
+    and read what each received: ``n_ops`` and ``n_member`` events, and the member nothing more."""
+    async def scenario():
+        ops, member = await connected()
+        await database_sync_to_async(send)()
+        got_ops = await _events(ops, n_ops)
+        got_member = await _events(member, n_member)
+        assert await member.receive_nothing(timeout=0.3)
+        await ops.disconnect()
+        await member.disconnect()
+        return got_ops, got_member
+
+    return async_to_sync(scenario)()
+
+
 def test_anonymous_browser_is_refused(client):
     async def scenario():
         comm = _comm(client)
@@ -62,20 +78,11 @@ def test_anonymous_browser_is_refused(client):
 
 def test_operator_hears_every_event_and_member_only_its_tenant(client, operator, tenant_physics, tenant_chemistry,
                                                                django_user_model):
-    connected = _operator_and_member(client, operator, django_user_model)
+    def send():
+        event_on_commit("x", {"n": 1}, tenant_chemistry.pk)
+        event_on_commit("y", {"n": 2}, tenant_physics.pk)
 
-    async def scenario():
-        ops, member = await connected()
-        await database_sync_to_async(lambda: event_on_commit("x", {"n": 1}, tenant_chemistry.pk))()
-        await database_sync_to_async(lambda: event_on_commit("y", {"n": 2}, tenant_physics.pk))()
-        got_ops = await _events(ops, 2)
-        got_member = await _events(member, 1)
-        assert await member.receive_nothing(timeout=0.3)
-        await ops.disconnect()
-        await member.disconnect()
-        return got_ops, got_member
-
-    got_ops, got_member = async_to_sync(scenario)()
+    got_ops, got_member = _delivered(_operator_and_member(client, operator, django_user_model), send, 2, 1)
     assert [e["kind"] for e in got_ops] == ["x", "y"]
     assert got_member == [{"kind": "y", "n": 2}]
 
@@ -142,20 +149,10 @@ def test_events_of_one_commit_go_out_together_in_order_each_to_its_audience(clie
                                                                            tenant_chemistry, django_user_model):
     from scheduling.dispatch import events_on_commit
 
-    connected = _operator_and_member(client, operator, django_user_model)
+    def send():
+        events_on_commit([("a", {"n": 1}, tenant_physics.pk), ("b", {"n": 2}, tenant_chemistry.pk),
+                          ("c", {"n": 3}, None), ("d", {"n": 4}, tenant_physics.pk)])
 
-    async def scenario():
-        ops, member = await connected()
-        await database_sync_to_async(lambda: events_on_commit([
-            ("a", {"n": 1}, tenant_physics.pk), ("b", {"n": 2}, tenant_chemistry.pk),
-            ("c", {"n": 3}, None), ("d", {"n": 4}, tenant_physics.pk)]))()
-        got_ops = await _events(ops, 4)
-        got_member = await _events(member, 2)
-        assert await member.receive_nothing(timeout=0.3)
-        await ops.disconnect()
-        await member.disconnect()
-        return got_ops, got_member
-
-    got_ops, got_member = async_to_sync(scenario)()
+    got_ops, got_member = _delivered(_operator_and_member(client, operator, django_user_model), send, 4, 2)
     assert [e["kind"] for e in got_ops] == ["a", "b", "c", "d"]
     assert got_member == [{"kind": "a", "n": 1}, {"kind": "d", "n": 4}]
