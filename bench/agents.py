@@ -125,15 +125,18 @@ async def agent(ws: Any, rate: float, seconds: float, lat: list[float], acks: li
 
     task = asyncio.create_task(reader())
     end = time.perf_counter() + seconds
-    await asyncio.sleep(1 / rate * random.random())  # spread the agents out
-    while time.perf_counter() < end:
+    # Open loop on a fixed schedule (the k-th frame is due at first + k / rate, the first within
+    # one period, spread out over the agents): sleeping a period after each send would offer a
+    # little less than the rate.
+    due = time.perf_counter() + (random.random() - 1) / rate
+    while (due := due + 1 / rate) < end:
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
         frame_id = uuid.uuid4().hex
         sent[frame_id] = time.perf_counter()
         seq = time.time_ns() // 1000
         if seen is not None and sent[frame_id] >= warm_until:
             seen.record(node_id, seq, sent[frame_id])
         await ws.send(json.dumps({"type": "heartbeat", "id": frame_id, "seq": seq, "running": []}))
-        await asyncio.sleep(1 / rate)
     await asyncio.sleep(1.0)
     task.cancel()
     await ws.close()
