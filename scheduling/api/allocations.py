@@ -34,6 +34,8 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             qs = qs.filter(state__in=params["state"].split(","))
         if params.get("resource_group"):
             qs = qs.filter(resource_group__name=params["resource_group"])
+        if self.action == "list":
+            qs = qs.only(*AllocationOutput.columns())
         return qs
 
     @extend_schema(request=AllocationInput, responses={201: AllocationOutput})
