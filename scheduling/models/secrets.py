@@ -42,7 +42,7 @@ class HashedToken(models.Model):
         wanted = digest(token)
         found = None
         for candidate in cls.objects.filter(prefix=token[:PREFIX_LEN], revoked_at__isnull=True) \
-                .select_related(*related):  # type: ignore[attr-defined]
+                .select_related(*related).order_by():  # type: ignore[attr-defined]
             if hmac.compare_digest(candidate.digest, wanted):
                 found = candidate
         return found
