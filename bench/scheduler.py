@@ -33,6 +33,9 @@ def setup_django(url: str) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    from lattice_site import gc_tuning
+
+    gc_tuning.for_long_running_process()  # passes run in the worker, which does this at start
 
 
 def seed(n_nodes: int, n_allocs: int) -> dict:
