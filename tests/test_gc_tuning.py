@@ -23,10 +23,14 @@ def restored_gc():
 def test_the_worker_tunes_collection_when_it_starts(restored_gc):
     from celery.signals import worker_init
 
+    from lattice_site.celery import _long_running
     from lattice_site.gc_tuning import THRESHOLDS
 
+    # Connected to worker_init; called directly, since sending the signal would also run
+    # Celery's Django fixup, which expects a real worker and installs its handlers here.
+    assert _long_running in [ref() for _, ref in worker_init.receivers]
     gc.set_threshold(700, 10, 10)
-    worker_init.send(sender=None)
+    _long_running(sender=None)
     assert gc.get_threshold() == THRESHOLDS
     assert gc.get_freeze_count() > 0
 
