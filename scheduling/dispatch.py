@@ -79,40 +79,37 @@ def watched(groups: list[str]) -> set[str]:
     return {g for g, n in zip(groups, counts, strict=True) if int(n or 0) > 0}
 
 
-def _send(group: str, message: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(group, message)
-    except Exception:  # the sweep re-derives anything lost; never fail the caller
-        log.warning("could not send to %s", group, exc_info=True)
-
-
-def agent_command_on_commit(node_name: str, frame: dict[str, Any]) -> None:
-    """Queue a command for the node's agent, sent once the transaction commits."""
-    transaction.on_commit(lambda: _send(agent_group(node_name), {"type": "agent.command", "frame": frame}))
-
-
-def agent_commands_on_commit(commands: list[tuple[str, dict[str, Any]]]) -> None:
-    """Many commands, sent after commit in one go (one event-loop hop, not one per frame)."""
-    if not commands:
+def _send_all(messages: list[tuple[str, dict[str, Any]]], what: str) -> None:
+    """Send (group, message) pairs in order, in one event-loop hop. Never fails the caller: what
+    is lost is re-derived (agents' commands by the sweep and their hello; pages read the database
+    on load, so a lost live event is only late)."""
+    if not messages:
         return
 
     async def send_all() -> None:
         layer = get_channel_layer()
         if layer is None:
             return
-        for node_name, frame in commands:
-            await layer.group_send(agent_group(node_name), {"type": "agent.command", "frame": frame})
+        for group, message in messages:
+            await layer.group_send(group, message)
 
-    def run() -> None:
-        try:
-            async_to_sync(send_all)()
-        except Exception:  # the sweep and the agents' hello re-derive anything lost
-            log.warning("could not send %d agent commands", len(commands), exc_info=True)
+    try:
+        async_to_sync(send_all)()
+    except Exception:
+        log.warning("could not send %s", what, exc_info=True)
 
-    transaction.on_commit(run)
+
+def agent_command_on_commit(node_name: str, frame: dict[str, Any]) -> None:
+    """Queue a command for the node's agent, sent once the transaction commits."""
+    agent_commands_on_commit([(node_name, frame)])
+
+
+def agent_commands_on_commit(commands: list[tuple[str, dict[str, Any]]]) -> None:
+    """Many commands, sent after commit in one go (one event-loop hop, not one per frame)."""
+    if not commands:
+        return
+    messages = [(agent_group(node_name), {"type": "agent.command", "frame": frame}) for node_name, frame in commands]
+    transaction.on_commit(lambda: _send_all(messages, f"{len(messages)} agent commands"))
 
 
 def event_on_commit(kind: str, payload: dict[str, Any], tenant_id: int | None) -> None:
@@ -129,23 +126,9 @@ def events_on_commit(events: list[tuple[str, dict[str, Any], int | None]]) -> No
     def send() -> None:
         targets = [[OPS_GROUP] + ([tenant_group(t)] if t is not None else []) for _, _, t in events]
         seen = watched(sorted({g for groups in targets for g in groups}))
-        if not seen:
-            return
-
-        async def send_all() -> None:
-            layer = get_channel_layer()
-            if layer is None:
-                return
-            for (kind, payload, _), groups in zip(events, targets, strict=True):
-                message = {"type": "live.event", "event": {"kind": kind, **payload}}
-                for group in groups:
-                    if group in seen:
-                        await layer.group_send(group, message)
-
-        try:
-            async_to_sync(send_all)()
-        except Exception:  # the pages read the database on load; a lost live event is only late
-            log.warning("could not send %d live events", len(events), exc_info=True)
+        _send_all([(group, {"type": "live.event", "event": {"kind": kind, **payload}})
+                   for (kind, payload, _), groups in zip(events, targets, strict=True)
+                   for group in groups if group in seen], f"{len(events)} live events")
 
     transaction.on_commit(send)
 
