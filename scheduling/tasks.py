@@ -20,14 +20,15 @@ def schedule_resource_group(group_id: int) -> None:
 
 @shared_task(name="scheduling.preemption_deadline", ignore_result=True, time_limit=60)
 def preemption_deadline(allocation_id: int) -> None:
-    alloc = Allocation.objects.filter(pk=allocation_id).first()
-    if alloc is not None:
-        allocation_deadline(allocation=alloc)
+    """Kept for deadline messages a broker may still hold from before the batch task; new ones
+    are sent as ``preemption_deadlines``."""
+    preemption_deadlines([allocation_id])
 
 
 @shared_task(name="scheduling.preemption_deadlines", ignore_result=True, time_limit=120)
 def preemption_deadlines(allocation_ids: list[int]) -> None:
-    """The deadlines of a batch of victims asked at once (same grace): one message, not one each."""
+    """The deadlines of these allocations: a batch of victims asked at once (same grace, one
+    message, not one each), or one whose deadline moved (extended, deferred)."""
     for alloc in Allocation.objects.filter(pk__in=allocation_ids).order_by("pk"):
         try:
             allocation_deadline(allocation=alloc)

@@ -29,12 +29,6 @@ MAX_DEFERRAL_S = 300
 HOLD_MARGIN_S = 60
 
 
-def _deadline_task() -> Any:
-    from scheduling.tasks import preemption_deadline
-
-    return preemption_deadline
-
-
 def _deadlines_task() -> Any:
     from scheduling.tasks import preemption_deadlines
 
@@ -263,7 +257,7 @@ def allocation_defer(*, allocation: Allocation, seconds: int, now: datetime | No
             alloc.deferred_seconds += granted
             alloc.checkpoint_progress_at = now or timezone.now()
             alloc.save(update_fields=["deadline_at", "deferred_seconds", "checkpoint_progress_at"])
-            task_on_commit(_deadline_task(), alloc.pk,
+            task_on_commit(_deadlines_task(), [alloc.pk],
                            countdown=(alloc.deadline_at - (now or timezone.now())).total_seconds() + 1)
         return granted
 
@@ -334,7 +328,7 @@ def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) 
                 alloc.deadline_at += extra
                 alloc.deadline_extended = True
                 alloc.save(update_fields=["deadline_at", "deadline_extended"])
-                task_on_commit(_deadline_task(), alloc.pk, countdown=extra.total_seconds() + 1)
+                task_on_commit(_deadlines_task(), [alloc.pk], countdown=extra.total_seconds() + 1)
                 return alloc
             allocation_transition(allocation=alloc, to=State.FAILED, now=moment,
                                   reason="checkpoint timed out: terminated",
