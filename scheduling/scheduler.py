@@ -24,7 +24,7 @@ from django.utils import timezone
 from scheduling import snapshot_cache
 from scheduling.actions.preemption import allocation_place, allocations_hold, preempt_for
 from scheduling.actions.starts import allocations_start
-from scheduling.dispatch import event_on_commit, events_on_commit
+from scheduling.dispatch import events_on_commit
 from scheduling.engine import Decision, decide
 from scheduling.engine import model as em
 from scheduling.errors import DomainError
@@ -202,9 +202,12 @@ def _flush_fits(snap: Snapshot, batch: list[tuple[dict, em.Allocation, Decision]
                                                      had_holds=any(req.held_nodes for _, req, _ in batch))}
         agent_commands_on_commit([(name, start_frame(a, name)) for pk, a in allocs.items()
                                   for name in by_id[pk][2].nodes])
-        for tenant_id in {a.tenant_id for a in allocs.values()}:
-            event_on_commit("allocations.placed", {"allocations": sorted(
-                pk for pk, a in allocs.items() if a.tenant_id == tenant_id)}, tenant_id)
+        by_tenant: dict[int, list[int]] = {}
+        for pk, a in sorted(allocs.items()):
+            by_tenant.setdefault(a.tenant_id, []).append(pk)
+        # One check of who watches and one send for the batch, not one per tenant.
+        events_on_commit([("allocations.placed", {"allocations": pks}, tenant_id)
+                          for tenant_id, pks in by_tenant.items()])
     for pk in set(by_id) - set(allocs):  # cancelled meanwhile: undo its place and its quota use
         snap.cluster.remove(str(pk))
         quotas.give_back(by_id[pk][0])

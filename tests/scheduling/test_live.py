@@ -156,3 +156,25 @@ def test_events_of_one_commit_go_out_together_in_order_each_to_its_audience(clie
     got_ops, got_member = _delivered(_operator_and_member(client, operator, django_user_model), send, 4, 2)
     assert [e["kind"] for e in got_ops] == ["a", "b", "c", "d"]
     assert got_member == [{"kind": "a", "n": 1}, {"kind": "d", "n": 4}]
+
+
+def test_a_pass_announces_placements_once_per_tenant_to_each_audience(client, operator, resource_group, vcluster_hpc,
+                                                                     two_nodes, make_allocation, tenant_physics,
+                                                                     tenant_chemistry, django_user_model):
+    from django.test import override_settings
+
+    from scheduling.scheduler import schedule_pass
+
+    bob = tenant_chemistry.memberships.first().user
+    mine = [make_allocation(state="pending", vcluster=vcluster_hpc, per_node_gpu=2).pk for _ in range(2)]
+    theirs = make_allocation(state="pending", vcluster=vcluster_hpc, per_node_gpu=2, tenant=tenant_chemistry,
+                             user=bob).pk
+
+    def place():
+        with override_settings(CELERY_TASK_ALWAYS_EAGER=True):  # no follow-up pass queued
+            assert schedule_pass(resource_group.pk).placed == 3
+
+    got_ops, got_member = _delivered(_operator_and_member(client, operator, django_user_model), place, 2, 1)
+    placed = {tuple(e["allocations"]) for e in got_ops if e["kind"] == "allocations.placed"}
+    assert placed == {tuple(sorted(mine)), (theirs,)}
+    assert got_member == [{"kind": "allocations.placed", "allocations": sorted(mine)}]
