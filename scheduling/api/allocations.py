@@ -34,9 +34,13 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             qs = qs.filter(state__in=params["state"].split(","))
         if params.get("resource_group"):
             qs = qs.filter(resource_group__name=params["resource_group"])
-        if self.action == "list":
-            qs = qs.only(*AllocationOutput.columns())
         return qs
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Newest first, a cursor per page, read as plain rows of the columns shown."""
+        page = self.paginate_queryset(self.get_queryset().values(*AllocationOutput.columns()))
+        assert page is not None
+        return self.get_paginated_response([AllocationOutput.from_row(row) for row in page])
 
     @extend_schema(request=AllocationInput, responses={201: AllocationOutput})
     def create(self, request: Request) -> Response:

@@ -19,10 +19,10 @@ class ApiTokenAuthentication(BaseAuthentication):
             return None
         if len(parts) != 2:
             raise AuthenticationFailed("Authorization header must be 'Token <key>'.")
-        found = ApiToken.lookup(parts[1].decode(errors="replace"), "user")
-        if found is None or not found.user.is_active:
+        found = ApiToken.user_for(parts[1].decode(errors="replace"))
+        if found is None:
             raise AuthenticationFailed("Invalid or revoked token.")
-        return found.user, found
+        return found
 
     def authenticate_header(self, request: Any) -> str:
         return "Token"

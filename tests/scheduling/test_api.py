@@ -128,6 +128,38 @@ def test_token_authentication_accepts_issued_token_and_rejects_others(client, te
     assert client.get("/api/v1/allocations/", HTTP_AUTHORIZATION=f"Token {token}").status_code == 401
 
 
+def test_a_token_scopes_its_user_to_exactly_their_tenants(client, tenant_physics, tenant_chemistry,
+                                                          make_allocation, django_user_model):
+    """Token requests learn the user's tenants with the token: a member of two tenants sees
+    both tenants' work, a member of none sees nothing, and an inactive user is refused."""
+    from scheduling.actions.tokens import api_token_issue
+    from scheduling.models import Membership, Tenant
+
+    physics_job = make_allocation(name="p")
+    chemistry_job = make_allocation(name="c", tenant=tenant_chemistry,
+                                    user=django_user_model.objects.get(username="bob"))
+    other = Tenant.objects.create(name="biology")
+    biology_job = make_allocation(name="b", tenant=other)
+    carol = django_user_model.objects.create_user("carol")
+    Membership.objects.create(user=carol, tenant=tenant_physics)
+    Membership.objects.create(user=carol, tenant=tenant_chemistry)
+    nobody = django_user_model.objects.create_user("dave")
+
+    def ids(token):
+        response = client.get("/api/v1/allocations/", HTTP_AUTHORIZATION=f"Token {token}")
+        assert response.status_code == 200
+        return {row["id"] for row in response.json()["results"]}
+
+    carol_token = api_token_issue(user=carol)
+    assert ids(carol_token) == {physics_job.pk, chemistry_job.pk}
+    assert client.get(f"/api/v1/allocations/{biology_job.pk}/",
+                      HTTP_AUTHORIZATION=f"Token {carol_token}").status_code == 404
+    assert ids(api_token_issue(user=nobody)) == set()
+    carol.is_active = False
+    carol.save()
+    assert client.get("/api/v1/allocations/", HTTP_AUTHORIZATION=f"Token {carol_token}").status_code == 401
+
+
 def test_what_if_stores_nothing_and_hides_other_tenants(api_for, tenant_physics, tenant_chemistry, two_nodes,
                                                         resource_group):
     assert _submit(api_for("bob"), preemption_class=1).status_code == 201
@@ -160,6 +192,9 @@ def test_hand_written_allocation_output_equals_the_generic_one(tenant_physics, t
                               started_at=timezone.now(), protected_until=timezone.now(), env={"A": "1"},
                               command=["python", "train.py"], value=2.5, constraints={"labels": {"s": "1"}})
     pending = make_allocation(state="pending")
+    rows = {row["id"]: row for row in Allocation.objects.filter(pk__in=[running.pk, pending.pk])
+            .values(*AllocationOutput.columns())}
     for alloc in Allocation.objects.filter(pk__in=[running.pk, pending.pk]):
         out = AllocationOutput(alloc)
         assert out.data == out.generic_representation(alloc)
+        assert AllocationOutput.from_row(rows[alloc.pk]) == out.data
