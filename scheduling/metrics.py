@@ -9,11 +9,13 @@ of a scrape follows the last few minutes of activity, not the whole history.
 
 from __future__ import annotations
 
+import hmac
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Avg, Count, F, QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -22,7 +24,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from scheduling.api.permissions import is_operator
 from scheduling.models import Allocation, AllocationEvent, MetricRollup, PreemptionDecision
+from scheduling.models.secrets import digest
 from scheduling.states import State
 
 CHECKPOINT_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 900]
@@ -140,7 +144,30 @@ class LatticeCollector(Collector):
         yield agents
 
 
+def scrape_allowed(request: HttpRequest) -> bool | None:
+    """True to serve; False for a missing or wrong bearer token (401); None when metrics are
+    closed to this request altogether (403)."""
+    if is_operator(getattr(request, "user", None)):
+        return True
+    wanted = settings.METRICS_TOKEN_SHA256
+    if not wanted:
+        return True if settings.METRICS_PUBLIC else None
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return False
+    return hmac.compare_digest(digest(token.strip()), wanted)
+
+
 def metrics_view(request: HttpRequest) -> HttpResponse:
+    allowed = scrape_allowed(request)
+    if allowed is False:
+        response = HttpResponse("Metrics need 'Authorization: Bearer <token>'.\n", status=401,
+                                content_type="text/plain; charset=utf-8")
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    if allowed is None:
+        return HttpResponse("Metrics are closed: set METRICS_TOKEN_SHA256 for the scraper "
+                            "(manage.py metrics_token).\n", status=403, content_type="text/plain; charset=utf-8")
     registry = CollectorRegistry()
     registry.register(LatticeCollector())
     return HttpResponse(generate_latest(registry), content_type="text/plain; version=0.0.4; charset=utf-8")

@@ -88,6 +88,15 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # -- redis: channel layer and Celery broker, or the embedded default ---------------
 REDIS_URL = env.str("REDIS_URL") or None
+
+# /metrics: a scraper presents "Authorization: Bearer <token>" whose SHA-256 (hex) is
+# METRICS_TOKEN_SHA256 (manage.py metrics_token makes a pair); operators' sessions may
+# read it too. Without a digest it is open only where METRICS_PUBLIC (not in production).
+METRICS_TOKEN_SHA256 = (env.str("METRICS_TOKEN_SHA256") or "").strip().lower()
+if METRICS_TOKEN_SHA256 and (len(METRICS_TOKEN_SHA256) != 64
+                             or any(c not in "0123456789abcdef" for c in METRICS_TOKEN_SHA256)):
+    raise ImproperlyConfigured("METRICS_TOKEN_SHA256 must be a SHA-256 digest in hex (manage.py metrics_token)")
+METRICS_PUBLIC = env.bool("METRICS_PUBLIC", True)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {

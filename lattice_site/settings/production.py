@@ -15,6 +15,8 @@ if not ALLOWED_HOSTS:
 
     raise ImproperlyConfigured("ALLOWED_HOSTS must name the hosts Lattice answers to")
 
+METRICS_PUBLIC = env.bool("METRICS_PUBLIC", False)  # set METRICS_TOKEN_SHA256 for the scraper instead
+
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", True)
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", 31536000)

@@ -78,3 +78,51 @@ def test_folding_moves_counts_into_the_rollup_without_counting_twice(client, one
     assert total == sum(v for (name, _), v in before.items() if name == "lattice_preemptions_total") + 1
     fold(now=timezone.now() + timedelta(hours=2))
     assert _scrape(client) == live
+
+
+def test_metrics_with_a_scrape_token_need_it_and_compare_its_digest(client, settings, operator):
+    import io
+
+    from django.core.management import call_command
+
+    out, err = io.StringIO(), io.StringIO()
+    call_command("metrics_token", stdout=out, stderr=err)
+    token = out.getvalue().strip().splitlines()[-1]
+    settings.METRICS_TOKEN_SHA256 = err.getvalue().split("METRICS_TOKEN_SHA256=")[1].split()[0]
+    assert token not in err.getvalue()
+    refused = client.get("/metrics")
+    assert refused.status_code == 401 and refused["WWW-Authenticate"].startswith("Bearer")
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token[:-1]}x").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Token {token}").status_code == 401
+    assert b"lattice_pending_queue_length" in client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}").content
+    client.force_login(operator)
+    assert client.get("/metrics").status_code == 200
+
+
+def test_metrics_without_a_token_are_closed_unless_public(client, settings, tenant_physics, django_user_model):
+    settings.METRICS_TOKEN_SHA256 = ""
+    settings.METRICS_PUBLIC = True
+    assert client.get("/metrics").status_code == 200
+    settings.METRICS_PUBLIC = False
+    assert client.get("/metrics").status_code == 403
+    client.force_login(django_user_model.objects.get(username="alice"))  # a tenant member is no operator
+    assert client.get("/metrics").status_code == 403
+
+
+def test_production_closes_metrics_by_default_and_refuses_a_malformed_digest(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "lattice_site.settings.production",
+           "SECRET_KEY": "k" * 20 + "0123456789abcdefghijklmnopqrstuvwxyz", "ALLOWED_HOSTS": "lattice.example",
+           "LATTICE_VAR_DIR": str(tmp_path)}
+    env.pop("METRICS_PUBLIC", None)
+    env.pop("METRICS_TOKEN_SHA256", None)
+    code = "import django; django.setup(); from django.conf import settings; print(settings.METRICS_PUBLIC)"
+    shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == "False"
+    bad = subprocess.run([sys.executable, "-c", code], env={**env, "METRICS_TOKEN_SHA256": "abc"},
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "METRICS_TOKEN_SHA256" in bad.stderr
