@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 from tests.conftest import ROOT
 
@@ -57,6 +57,10 @@ def browser(monkeypatch):
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
         yield b
+        # Inside Playwright's sync API the test ran in a greenlet of its own, with a context
+        # (and so a database connection) of its own: close it here, where it is visible, or
+        # it outlives the session and blocks dropping the test database.
+        connections.close_all()
         b.close()
 
 
