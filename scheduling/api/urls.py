@@ -5,6 +5,7 @@ from nodes.api import NodeViewSet
 from scheduling.api.allocations import AllocationViewSet
 from scheduling.api.preemptions import PreemptionViewSet
 from scheduling.api.simulate import SimulateView
+from scheduling.api.tokens import TokenViewSet
 
 app_name = "api"
 
@@ -12,6 +13,7 @@ router = DefaultRouter(trailing_slash=True)
 router.register("allocations", AllocationViewSet, basename="allocation")
 router.register("preemptions", PreemptionViewSet, basename="preemption")
 router.register("nodes", NodeViewSet, basename="node")
+router.register("tokens", TokenViewSet, basename="token")
 
 urlpatterns = [
     path("simulate/", SimulateView.as_view(), name="simulate"),
