@@ -8,9 +8,23 @@ BIN=.venv/bin
 HOST=${LATTICE_HOST:-127.0.0.1}
 PORT=${LATTICE_PORT:-8000}
 
+DEMO_TRAFFIC=${LATTICE_DEMO_TRAFFIC:-1}
+SIM_SECONDS=${LATTICE_SIM_SECONDS:-120}
+mkdir -p var
+
 echo
 echo "Lattice on http://$HOST:$PORT/  (operator / lattice-operator, demo only)"
+if [[ "$DEMO_TRAFFIC" == "1" ]]; then
+  echo "Demo tenants submit work every few seconds (var/demo-traffic.log; LATTICE_DEMO_TRAFFIC=0 to stop them)"
+fi
 echo
+
+# The demo's tenants, as API clients: work arrives, fills the cluster and preempts (see demo_traffic).
+start_traffic() {
+  if [[ "$DEMO_TRAFFIC" == "1" ]]; then
+    "$BIN/python" manage.py demo_traffic --url "http://$HOST:$PORT" >var/demo-traffic.log 2>&1 & pids+=($!)
+  fi
+}
 
 if [[ -n "${DATABASE_URL:-}" && -n "${REDIS_URL:-}" ]]; then
   pids=()
@@ -26,7 +40,9 @@ if [[ -n "${DATABASE_URL:-}" && -n "${REDIS_URL:-}" ]]; then
     --concurrency=4 & pids+=($!)
   "$BIN/celery" -A lattice_site beat --loglevel=INFO --schedule var/celerybeat-schedule & pids+=($!)
   sleep 2
-  "$BIN/python" manage.py run_agent --simulate-all --url "ws://$HOST:$PORT/ws/agent/" & pids+=($!)
+  "$BIN/python" manage.py run_agent --simulate-all --sim-seconds "$SIM_SECONDS" \
+    --url "ws://$HOST:$PORT/ws/agent/" & pids+=($!)
+  start_traffic
   wait -n
 else
   pids=()
@@ -35,6 +51,8 @@ else
   # Embedded: the periodic tasks run in a thread of the web process, next to the sockets.
   LATTICE_EMBEDDED_LOOP=1 "$BIN/python" manage.py runserver --noreload "$HOST:$PORT" & pids+=($!)
   sleep 2
-  "$BIN/python" manage.py run_agent --simulate-all --url "ws://$HOST:$PORT/ws/agent/" & pids+=($!)
+  "$BIN/python" manage.py run_agent --simulate-all --sim-seconds "$SIM_SECONDS" \
+    --url "ws://$HOST:$PORT/ws/agent/" & pids+=($!)
+  start_traffic
   wait -n
 fi
