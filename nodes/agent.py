@@ -164,23 +164,29 @@ class Agent:
 
     async def _reader(self, ws: Any) -> None:
         async for text in ws:
-            frame = json.loads(text)
-            kind = frame.get("type")
-            if kind == "ack":
-                self._acked(frame.get("id"))
-            elif kind == "error":
-                log.warning("refused %s: %s %s", frame.get("id"), frame.get("code"), frame.get("message"))
-                self._acked(frame.get("id"))
-            elif kind == "welcome":
-                self.heartbeat_interval = float(frame.get("heartbeat_interval_s", 10))
-            elif kind == "start":
-                await self._start(frame)
-            elif kind == "checkpoint":
-                asyncio.get_running_loop().create_task(self._checkpoint(frame["allocation"]))
-            elif kind == "terminate":
-                asyncio.get_running_loop().create_task(self._terminate(frame["allocation"], float(frame["grace_s"])))
-            elif kind == "kill":
-                self._signal(frame["allocation"], signal.SIGKILL, "killed")
+            await self.handle(json.loads(text))
+
+    async def handle(self, frame: dict[str, Any]) -> None:
+        """One frame from the control plane, in the order they arrive."""
+        kind = frame.get("type")
+        if kind == "ack":
+            self._acked(frame.get("id"))
+        elif kind == "error":
+            log.warning("refused %s: %s %s", frame.get("id"), frame.get("code"), frame.get("message"))
+            self._acked(frame.get("id"))
+        elif kind == "welcome":
+            self.heartbeat_interval = float(frame.get("heartbeat_interval_s", 10))
+        elif kind == "start":
+            await self._start(frame)
+        elif kind == "checkpoint":
+            asyncio.get_running_loop().create_task(self._checkpoint(frame["allocation"]))
+        elif kind == "terminate":
+            # Signalled before the next frame is read: a start that follows is a new run.
+            if self._signal(frame["allocation"], signal.SIGTERM, "terminated"):
+                asyncio.get_running_loop().create_task(
+                    self._kill_after(frame["allocation"], float(frame["grace_s"])))
+        elif kind == "kill":
+            self._signal(frame["allocation"], signal.SIGKILL, "killed")
 
     # -- reports (kept until acknowledged; the latest per allocation while disconnected) ---------
     async def report(self, frame: dict[str, Any]) -> None:
@@ -208,7 +214,13 @@ class Agent:
     # -- running work ----------------------------------------------------------------------
     async def _start(self, frame: dict[str, Any]) -> None:
         alloc = str(frame["allocation"])
-        if alloc in self.running:
+        old = self.running.get(alloc)
+        if old is not None and old.signalled and old.task is not None:
+            # A new run of an allocation whose earlier run is still being stopped (it was
+            # checkpointed and requeued, then placed here again): start it once that one is gone.
+            asyncio.get_running_loop().create_task(self._start_after(old.task, frame))
+            return
+        if old is not None:
             return  # a repeated start (after a reconnect): it already runs
         ckpt = self.workdir / frame.get("checkpoint_dir", f"checkpoints/{alloc}")
         ckpt.mkdir(parents=True, exist_ok=True)
@@ -240,9 +252,15 @@ class Agent:
         self._save()
         await self.report({"type": "started", "allocation": alloc, "pid": proc.pid})
 
+    async def _start_after(self, previous: asyncio.Task[Any], frame: dict[str, Any]) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(previous)
+        await self._start(frame)
+
     async def _watch(self, entry: Running, proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
-        self.running.pop(entry.allocation, None)
+        if self.running.get(entry.allocation) is entry:
+            self.running.pop(entry.allocation)
         self._save()
         code = _exit_code(entry.checkpoint_dir)
         if code is None:
@@ -282,11 +300,11 @@ class Agent:
             await self.report({"type": "checkpoint_done", "allocation": alloc, "ok": False,
                                "location": str(entry.checkpoint_dir), "error": failed.read_text()[:500]})
 
-    async def _terminate(self, alloc: str, grace: float) -> None:
-        if self._signal(alloc, signal.SIGTERM, "terminated"):
-            await asyncio.sleep(grace)
-            if alloc in self.running:
-                self._signal(alloc, signal.SIGKILL, "killed")
+    async def _kill_after(self, alloc: str, grace: float) -> None:
+        entry = self.running.get(alloc)
+        await asyncio.sleep(grace)
+        if entry is not None and self.running.get(alloc) is entry:
+            self._signal(alloc, signal.SIGKILL, "killed")
 
     def _signal(self, alloc: str, sig: signal.Signals, reason: str) -> bool:
         entry = self.running.get(alloc)

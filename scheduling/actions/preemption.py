@@ -262,6 +262,10 @@ def allocation_defer(*, allocation: Allocation, seconds: int, now: datetime | No
         return granted
 
 
+# Exit reasons the agent gives only for processes the control plane asked it to stop.
+SIGNALLED = frozenset({"terminated", "killed"})
+
+
 def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: str,
                       now: datetime | None = None) -> Allocation:
     """The process is gone. Idempotent: an exit for an ended allocation changes nothing."""
@@ -269,6 +273,13 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
     with transaction.atomic():
         alloc = Allocation.objects.select_for_update().select_related("resource_group").get(pk=allocation.pk)
         if alloc.state in FINAL or alloc.state in (State.PENDING, State.SUSPENDED):
+            return alloc
+        if reason in SIGNALLED and alloc.state in (State.RUNNING, State.CHECKPOINTING):
+            # Lattice signals a run only as it takes it out of these states (preempted, cancelled,
+            # checkpointed, timed out), so this is the exit of an earlier run of the allocation,
+            # reported after it was already requeued and started again: the current run goes on.
+            AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
+                                           reason=f"late exit of an earlier run ignored: {reason} ({exit_code})")
             return alloc
         mode = (alloc.session_type.mode if alloc.session_type_id and alloc.session_type.mode else
                 (alloc.resource_group.policy or {}).get("mode", "suspend"))

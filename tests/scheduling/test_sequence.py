@@ -255,3 +255,37 @@ def test_one_deadline_task_handles_every_victim_of_a_batch(resource_group, vclus
     preemption_deadlines([v.pk for v in victims])  # again: nothing more happens
     assert [_state(v) for v in victims] == ["failed", "failed"]
     assert _state(high) == "pending"
+
+
+def test_a_late_exit_of_an_earlier_run_does_not_end_the_current_one(resource_group, vcluster_hpc, one_node,
+                                                                    make_allocation):
+    """A checkpointed victim is stopped by its agent (terminate) while it is requeued and, free
+    capacity permitting, started again at once; the first run's exit can arrive after that."""
+    low = _job(make_allocation, 2, vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    high = _job(make_allocation, 7, vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    allocation_checkpoint_done(allocation=low, ok=True, location="/ckpt/low", size_bytes=10)
+    schedule_pass(resource_group.pk)
+    allocation_exited(allocation=high, exit_code=0, reason="completed")
+    schedule_pass(resource_group.pk)
+    assert _state(low) == "running"  # its second run
+
+    allocation_exited(allocation=low, exit_code=-15, reason="terminated")  # the first run's, late
+    low.refresh_from_db()
+    assert low.state == "running" and low.placements.filter(kind="assigned").exists()
+    assert low.events.latest("id").reason == "late exit of an earlier run ignored: terminated (-15)"
+
+    again = _job(make_allocation, 8, vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    assert _state(low) == "checkpointing" and _state(again) == "pending"
+    allocation_exited(allocation=low, exit_code=-9, reason="killed")  # still the first run's
+    assert _state(low) == "checkpointing"
+
+    allocation_checkpoint_done(allocation=low, ok=True, location="/ckpt/low2", size_bytes=10)
+    schedule_pass(resource_group.pk)
+    allocation_exited(allocation=again, exit_code=0, reason="completed")
+    schedule_pass(resource_group.pk)
+    assert _state(low) == "running"
+    allocation_exited(allocation=low, exit_code=0, reason="completed")  # its own exit still ends it
+    assert _state(low) == "completed"

@@ -1,0 +1,56 @@
+"""The agent program on its own: real processes, frames recorded where the socket would carry them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+from nodes.agent import Agent
+
+# Takes half a second to stop after SIGTERM, as an application flushing its state would.
+SLOW_TO_STOP = ("import signal, sys, time\n"
+                "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.5), sys.exit(143)))\n"
+                "time.sleep(60)\n")
+
+
+class Recorder:
+    """Stands where the WebSocket is: keeps every frame the agent sends, in order."""
+
+    def __init__(self) -> None:
+        self.frames: list[dict] = []
+
+    async def send(self, text: str) -> None:
+        self.frames.append(json.loads(text))
+
+
+def test_a_new_run_starts_after_the_earlier_run_of_the_same_allocation_has_stopped(tmp_path):
+    """Checkpointed, requeued and placed on the same node again: the start arrives while the
+    first run is still stopping. It must not be dropped as a repeat, nor overlap the first run."""
+    async def scenario() -> list[dict]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        start = {"type": "start", "allocation": "7", "command": [sys.executable, "-c", SLOW_TO_STOP],
+                 "env": {}, "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": "checkpoints/7"}
+        await agent.handle(start)
+        await asyncio.sleep(0.5)  # the interpreter is up and has its handler
+        # the frames back to back, as the socket delivers them
+        await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 2})
+        await agent.handle({**start, "resume_from_checkpoint": True})
+        for _ in range(100):
+            starts = [f for f in agent.ws.frames if f["type"] == "started"]
+            if len(starts) == 2:
+                break
+            await asyncio.sleep(0.05)
+        second = agent.running["7"]
+        await asyncio.sleep(2.5)  # past the first run's grace: its SIGKILL must not reach this run
+        assert agent.running.get("7") is second and second.signalled is None
+        assert os.path.exists(f"/proc/{second.pid}")
+        os.killpg(second.pid, 9)
+        return agent.ws.frames
+
+    frames = asyncio.run(scenario())
+    kinds = [(f["type"], f.get("reason")) for f in frames]
+    assert kinds == [("started", None), ("exited", "terminated"), ("started", None)]
+    assert frames[0]["pid"] != frames[2]["pid"]
