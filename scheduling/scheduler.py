@@ -130,6 +130,7 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
         queue = pending_queue(group, snap.policy.kind, budget + 1, set(holds))
         result.more = len(queue) > budget
         _reserve_holds(snap, holds)
+        reserved = set(holds)  # preemptors whose nodes others must not take during this pass
         quotas = snap.quotas
         assert quotas is not None, "snapshot_cache.take always gives a pass its quota book"
         codes = last_codes([row["id"] for row in queue[:budget]])
@@ -159,15 +160,23 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
                 continue
             _flush_fits(snap, batch, moment, result)
             try:
-                _apply(snap, row, req, decision, moment, as_of, latency, result, codes, staged)
+                _apply(snap, row, req, decision, moment, as_of, latency, result, codes, staged, reserved)
                 if len(staged) >= PREEMPT_BATCH:
                     _flush_preempts(snap, staged, result)
             except DomainError as exc:  # lost a race with a report or a cancel; the next pass retries
                 log.info("decision for %s not applied: %s", row["id"], exc)
                 snap.dirty = True
+            # Still waiting for its victims, or newly preempting: what is free on its nodes is
+            # its own for the rest of the pass, as the held rows make it for the next passes.
+            if decision.outcome == "wait" and mine:
+                _reserve_holds(snap, {row["id"]: mine})
+                reserved.add(row["id"])
+            elif decision.outcome == "preempt" and not snap.group.shadow:
+                _reserve_holds(snap, {row["id"]: list(decision.nodes)})
+                reserved.add(row["id"])
         _flush_fits(snap, batch, now or timezone.now(), result)
         _flush_preempts(snap, staged, result)
-        for alloc_id in holds:  # reservations belong to this pass only
+        for alloc_id in reserved:  # reservations belong to this pass only
             _release_reservation(snap, alloc_id)
         snapshot_cache.keep(snap)
     # Keep going while there is progress; otherwise the next event or the sweep resumes.
@@ -247,7 +256,7 @@ def _release_reservation(snap: Snapshot, alloc_id: int) -> None:
 
 def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, moment: datetime,
            as_of: datetime, latency: float, result: PassResult, codes: dict[int, str],
-           staged: list[Staged]) -> None:
+           staged: list[Staged], reserved: set[int]) -> None:
     """Fits and waits are written now; a preemption is staged and written with others (see
     _flush_preempts). The records say when the engine judged (``as_of``)."""
     group = snap.group
@@ -258,8 +267,14 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
         snap.cluster.add(replace(req, state="running", started_at=moment.timestamp(), held_nodes=(),
                                  placement={n: dict(req.per_node) for n in decision.nodes}))
         if decision.borrowed:  # lending limits changed: reload rather than patch node rows
+            # What this pass decided but has not written yet would be lost with the old
+            # snapshot: write it first, so the reload shows its victims leaving and its holds.
+            _flush_preempts(snap, staged, result)
             fresh = load_snapshot(group)
             snap.cluster, snap.node_ids, snap.dirty = fresh.cluster, fresh.node_ids, True
+            holds = _holds(group)
+            _reserve_holds(snap, holds)
+            reserved.update(holds)
         result.placed += 1
         return
     if decision.outcome == "wait":
