@@ -285,12 +285,12 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
                 (alloc.resource_group.policy or {}).get("mode", "suspend"))
         fields = {"exit_code": exit_code}
         if alloc.state == State.TERMINATING:
-            allocation_release(allocation=alloc)
             if mode == "terminate":
                 allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="preempted (terminate mode)",
                                       now=moment, fields={**fields, "ended_at": moment})
             else:
                 _requeue(alloc, reason="requeued after preemption", resume=False, now=moment, **fields)
+            allocation_release(allocation=alloc)  # after it left terminating: the decision sees it gone
         elif alloc.state == State.CHECKPOINTING:
             allocation_transition(allocation=alloc, to=State.FAILED, reason="exited while checkpointing",
                                   now=moment, fields={**fields, "ended_at": moment})
@@ -347,13 +347,13 @@ def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) 
             allocation_release(allocation=alloc, command="terminate")
         else:
             # The agent never reported the exit within the grace: kill, and count it as exited.
-            allocation_release(allocation=alloc, command="kill")
             mode = (alloc.resource_group.policy or {}).get("mode", "suspend")
             if mode == "terminate":
                 allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="killed after grace",
                                       now=moment, fields={"ended_at": moment})
             else:
                 _requeue(alloc, reason="requeued after preemption (killed after grace)", resume=False, now=moment)
+            allocation_release(allocation=alloc, command="kill")
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
     return alloc
 

@@ -137,11 +137,15 @@ def test_deferral_is_granted_up_to_five_minutes_in_total(resource_group, vcluste
 
 def test_terminate_victim_is_requeued_from_scratch_when_it_exits(resource_group, vcluster_hpc, one_node,
                                                                  make_allocation):
-    low, _ = _preempted_pair(resource_group, vcluster_hpc, make_allocation, checkpoint="none")
+    low, high = _preempted_pair(resource_group, vcluster_hpc, make_allocation, checkpoint="none")
     assert low.state == "terminating"
+    decision = PreemptionDecision.objects.get(preemptor=high, code="PREEMPT")
+    assert decision.released_at is None
     allocation_exited(allocation=low, exit_code=143, reason="terminated")
     low.refresh_from_db()
     assert (low.state, low.preempted_count, low.resume_from_checkpoint) == ("pending", 1, False)
+    decision.refresh_from_db()
+    assert decision.released_at is not None  # its only victim has left
 
 
 def test_terminate_mode_ends_victims_as_preempted(resource_group, vcluster_hpc, one_node, make_allocation):
