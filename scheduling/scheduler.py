@@ -131,6 +131,9 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
         result.more = len(queue) > budget
         _reserve_holds(snap, holds)
         reserved = set(holds)  # preemptors whose nodes others must not take during this pass
+        # Reservations made during the pass, put into the snapshot only when a decision touches
+        # their nodes: adding one invalidates what the engine keeps between decisions of a pass.
+        pending: dict[int, list[str]] = {}
         quotas = snap.quotas
         assert quotas is not None, "snapshot_cache.take always gives a pass its quota book"
         codes = last_codes([row["id"] for row in queue[:budget]])
@@ -148,6 +151,11 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
             req = engine_allocation(row, held=tuple(mine))
             started = time.perf_counter()
             decision = decide(snap.cluster, snap.policy, req, as_of.timestamp())
+            if pending and _touches(decision, pending):
+                _reserve_holds(snap, pending)
+                reserved.update(pending)
+                pending.clear()
+                decision = decide(snap.cluster, snap.policy, req, as_of.timestamp())
             latency = (time.perf_counter() - started) * 1000
             result.decided += 1
             if decision.outcome == "fits" and not decision.borrowed:
@@ -160,7 +168,8 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
                 continue
             _flush_fits(snap, batch, moment, result)
             try:
-                _apply(snap, row, req, decision, moment, as_of, latency, result, codes, staged, reserved)
+                _apply(snap, row, req, decision, moment, as_of, latency, result, codes, staged, reserved,
+                       pending)
                 if len(staged) >= PREEMPT_BATCH:
                     _flush_preempts(snap, staged, result)
             except DomainError as exc:  # lost a race with a report or a cancel; the next pass retries
@@ -169,11 +178,9 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
             # Still waiting for its victims, or newly preempting: what is free on its nodes is
             # its own for the rest of the pass, as the held rows make it for the next passes.
             if decision.outcome == "wait" and mine:
-                _reserve_holds(snap, {row["id"]: mine})
-                reserved.add(row["id"])
+                pending[row["id"]] = mine
             elif decision.outcome == "preempt" and not snap.group.shadow:
-                _reserve_holds(snap, {row["id"]: list(decision.nodes)})
-                reserved.add(row["id"])
+                pending[row["id"]] = list(decision.nodes)
         _flush_fits(snap, batch, now or timezone.now(), result)
         _flush_preempts(snap, staged, result)
         for alloc_id in reserved:  # reservations belong to this pass only
@@ -250,13 +257,21 @@ def _reserve_holds(snap: Snapshot, holds: dict[int, list[str]]) -> None:
                                       preemptible=False))
 
 
+def _touches(decision: Decision, pending: dict[int, list[str]]) -> bool:
+    """Whether ``decision`` uses a node reserved during the pass (so it must be decided again
+    with the reservations in place; one that does not use them stands as it is, since taking
+    capacity away elsewhere cannot make its choice worse)."""
+    used = set(decision.nodes) | set(decision.borrowed)
+    return any(used.intersection(names) for names in pending.values())
+
+
 def _release_reservation(snap: Snapshot, alloc_id: int) -> None:
     snap.cluster.remove(f"hold:{alloc_id}")
 
 
 def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, moment: datetime,
            as_of: datetime, latency: float, result: PassResult, codes: dict[int, str],
-           staged: list[Staged], reserved: set[int]) -> None:
+           staged: list[Staged], reserved: set[int], pending: dict[int, list[str]]) -> None:
     """Fits and waits are written now; a preemption is staged and written with others (see
     _flush_preempts). The records say when the engine judged (``as_of``)."""
     group = snap.group
@@ -272,9 +287,10 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
             _flush_preempts(snap, staged, result)
             fresh = load_snapshot(group)
             snap.cluster, snap.node_ids, snap.dirty = fresh.cluster, fresh.node_ids, True
-            holds = _holds(group)
+            holds = _holds(group)  # the staged ones just written included
             _reserve_holds(snap, holds)
             reserved.update(holds)
+            pending.clear()
         result.placed += 1
         return
     if decision.outcome == "wait":
