@@ -205,7 +205,9 @@ def _maybe_released(decision_id: int) -> None:
     decision = PreemptionDecision.objects.filter(pk=decision_id, released_at__isnull=True).first()
     if decision is None:
         return
-    if not decision.victim_allocations.filter(state__in=HOLDING).exists():
+    # Still leaving for this decision: a victim requeued and started again since is not.
+    if not decision.victim_allocations.filter(state__in=(State.CHECKPOINTING, State.TERMINATING),
+                                              preempted_by_id=decision_id).exists():
         decision.released_at = timezone.now()
         decision.save(update_fields=["released_at"])
 

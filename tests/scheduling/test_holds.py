@@ -76,3 +76,31 @@ def test_a_preemptor_decided_in_a_pass_keeps_the_free_node_it_chose(resource_gro
     for node in ("gpu-a", "gpu-b"):
         assert (high.pk, "held") in _claims(node)
         assert not [c for c in _claims(node) if c[0] == small.pk]
+
+
+def test_a_decision_is_released_when_its_last_victim_leaves_even_if_another_already_runs_again(
+        resource_group, vcluster_hpc, two_nodes, make_allocation):
+    from nodes.models import Node
+    from scheduling.models import PreemptionDecision
+
+    quick = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="none",
+                            vcluster=vcluster_hpc)
+    slow = _job(make_allocation, vcluster_hpc, 1)
+    schedule_pass(resource_group.pk)
+    high = _job(make_allocation, vcluster_hpc, 7, nodes=2, constraints={"same": "switch"})
+    schedule_pass(resource_group.pk)
+    decision = PreemptionDecision.objects.get(preemptor=high, code="PREEMPT")
+    allocation_exited(allocation=quick, exit_code=143, reason="terminated")  # requeued
+    # A node on another switch: no use to the preemptor, room for the requeued victim.
+    Node.objects.create(name="gpu-c", resource_group=resource_group, vcluster=vcluster_hpc, gpu=8, cpu=64,
+                        memory=512, labels={"switch": "s2"}, state="ready")
+    schedule_pass(resource_group.pk)
+    assert _state(high) == "pending" and _state(slow) == "checkpointing"
+    assert _state(quick) == "running" and quick.ran_on == ["gpu-c"]  # its second run, elsewhere
+    decision.refresh_from_db()
+    assert decision.released_at is None  # one victim still leaving
+    allocation_checkpoint_done(allocation=slow, ok=True, location="/ckpt/slow")
+    decision.refresh_from_db()
+    assert decision.released_at is not None
+    schedule_pass(resource_group.pk)
+    assert _state(high) == "running"
