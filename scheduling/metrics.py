@@ -9,7 +9,6 @@ of a scrape follows the last few minutes of activity, not the whole history.
 
 from __future__ import annotations
 
-import hmac
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -26,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from scheduling.api.permissions import is_operator
 from scheduling.models import Allocation, AllocationEvent, MetricRollup, PreemptionDecision
-from scheduling.models.secrets import digest
+from scheduling.models.secrets import HashedToken
 from scheduling.states import State
 
 CHECKPOINT_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 900]
@@ -153,9 +152,10 @@ def scrape_allowed(request: HttpRequest) -> bool | None:
     if not wanted:
         return True if settings.METRICS_PUBLIC else None
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
         return False
-    return hmac.compare_digest(digest(token.strip()), wanted)
+    return HashedToken.matches(wanted, token)
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

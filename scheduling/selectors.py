@@ -10,6 +10,11 @@ from scheduling.api.permissions import is_operator
 from scheduling.models import Allocation, AllocationEvent, DecisionAudience, PreemptionDecision
 
 
+def remember_tenant_ids(user: Any, ids: list[int]) -> None:
+    """Give ``tenant_ids`` the user's tenants when they were read already (with the API token)."""
+    user._lattice_tenant_ids = list(ids)
+
+
 def tenant_ids(user: Any) -> list[int]:
     """The tenants ``user`` is a member of, read once per request (cached on the user object)."""
     if not user.is_authenticated:
@@ -17,7 +22,7 @@ def tenant_ids(user: Any) -> list[int]:
     cached = getattr(user, "_lattice_tenant_ids", None)
     if cached is None:
         cached = list(user.memberships.values_list("tenant_id", flat=True))
-        user._lattice_tenant_ids = cached
+        remember_tenant_ids(user, cached)
     return list(cached)
 
 

@@ -8,6 +8,7 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.exceptions import AuthenticationFailed
 
 from scheduling.models import ApiToken
+from scheduling.selectors import remember_tenant_ids
 
 
 class ApiTokenAuthentication(BaseAuthentication):
@@ -22,7 +23,9 @@ class ApiTokenAuthentication(BaseAuthentication):
         found = ApiToken.user_for(parts[1].decode(errors="replace"))
         if found is None:
             raise AuthenticationFailed("Invalid or revoked token.")
-        return found
+        user, record, tenants = found
+        remember_tenant_ids(user, tenants)
+        return user, record
 
     def authenticate_header(self, request: Any) -> str:
         return "Token"

@@ -36,13 +36,17 @@ class HashedToken(models.Model):
         cls.objects.create(prefix=token[:PREFIX_LEN], digest=digest(token), **owner)  # type: ignore[attr-defined]
         return token
 
+    @staticmethod
+    def matches(stored_digest: str, token: str) -> bool:
+        """Whether ``token`` is the one ``stored_digest`` was made from, in constant time."""
+        return hmac.compare_digest(stored_digest, digest(token))
+
     @classmethod
     def lookup(cls: type[T], token: str, *related: str) -> T | None:
         """The unrevoked token record matching ``token``, or None."""
-        wanted = digest(token)
         found = None
         for candidate in cls.objects.filter(prefix=token[:PREFIX_LEN], revoked_at__isnull=True) \
                 .select_related(*related).order_by():  # type: ignore[attr-defined]
-            if hmac.compare_digest(candidate.digest, wanted):
+            if cls.matches(candidate.digest, token):
                 found = candidate
         return found

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
 from django.conf import settings
@@ -10,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection, models
 from django.db.models import Q
 
-from .secrets import PREFIX_LEN, HashedToken, digest
+from .secrets import PREFIX_LEN, HashedToken
 
 
 class Tenant(models.Model):
@@ -88,13 +87,13 @@ class ApiToken(HashedToken):
         return f"{self.prefix}… of {self.user}"
 
     @classmethod
-    def user_for(cls, token: str) -> tuple[Any, ApiToken] | None:
-        """The active user holding unrevoked ``token`` and the token record, or None.
+    def user_for(cls, token: str) -> tuple[Any, ApiToken, list[int]] | None:
+        """The active user holding unrevoked ``token``, the token record and the user's tenants,
+        or None.
 
         Every API request asks this, so it is one written-out query (the ORM spent more
         time compiling the token-and-user join than the database spent answering it) that
-        also brings the user's tenants, which scoping needs next (``selectors.tenant_ids``).
-        The digest is still compared in constant time.
+        also brings the tenants, which scoping needs next (``selectors.remember_tenant_ids``).
         """
         User = get_user_model()
         q = connection.ops.quote_name
@@ -104,11 +103,10 @@ class ApiToken(HashedToken):
                f"FROM {q(cls._meta.db_table)} t JOIN {q(User._meta.db_table)} u ON u.{user_pk} = t.{q('user_id')} "
                f"LEFT JOIN {q(Membership._meta.db_table)} m ON m.{q('user_id')} = u.{user_pk} "
                f"WHERE t.{q('prefix')} = %s AND t.{q('revoked_at')} IS NULL")
-        wanted = digest(token)
         found: tuple[Any, ApiToken] | None = None
         tenants: list[int] = []
         for row in User.objects.raw(sql, [token[:PREFIX_LEN]]):
-            if hmac.compare_digest(row.token_digest, wanted):
+            if cls.matches(row.token_digest, token):
                 if found is None:
                     found = row, cls(id=row.token_id, prefix=token[:PREFIX_LEN], digest=row.token_digest,
                                      created_at=row.token_created_at, user=row)
@@ -116,5 +114,4 @@ class ApiToken(HashedToken):
                     tenants.append(row.member_of)
         if found is None or not found[0].is_active:
             return None
-        found[0]._lattice_tenant_ids = tenants  # the cache selectors.tenant_ids reads
-        return found
+        return found[0], found[1], tenants
