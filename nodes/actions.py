@@ -180,6 +180,7 @@ def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, int]:
             for p in Placement.objects.filter(node=node, kind="assigned").select_related("allocation"):
                 allocation_lost(allocation=p.allocation, reason=f"node {node.name} is down", now=moment)
             Placement.objects.filter(node=node, kind="held").delete()
+            seq.give_back_borrowed([node.pk])
             down += 1
     return {"degraded": degraded, "down": down}
 

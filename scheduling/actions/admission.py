@@ -89,7 +89,7 @@ def request_pass_on_commit(group: ResourceGroup) -> None:
 
 def allocation_cancel(*, allocation: Allocation, actor: AbstractBaseUser, reason: str = "cancelled") -> Allocation:
     """Cancel pending or suspended work at once; running work is stopped by its agent first."""
-    from scheduling.actions.preemption import allocation_release
+    from scheduling.actions.preemption import allocation_release, give_back_borrowed
 
     with transaction.atomic():
         alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
@@ -101,7 +101,10 @@ def allocation_cancel(*, allocation: Allocation, actor: AbstractBaseUser, reason
         if was_holding:
             allocation_release(allocation=alloc, command="terminate")
         else:
-            alloc.placements.filter(kind="held").delete()
+            held = alloc.placements.filter(kind="held")
+            nodes = list(held.values_list("node_id", flat=True))
+            held.delete()
+            give_back_borrowed(nodes)
         event_on_commit("allocation.cancelled", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
         request_pass_on_commit(alloc.resource_group)
     return alloc

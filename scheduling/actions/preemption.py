@@ -171,9 +171,11 @@ def allocations_hold(holds: dict[int, list[int]]) -> None:
     with transaction.atomic():
         existing = list(Placement.objects.filter(allocation_id__in=list(holds)).values_list(
             "id", "allocation_id", "node_id", "kind"))
-        stale = {pid for pid, alloc_id, node_id, kind in existing if kind == "held" and node_id not in holds[alloc_id]}
+        stale = {pid: node_id for pid, alloc_id, node_id, kind in existing
+                 if kind == "held" and node_id not in holds[alloc_id]}
         if stale:
             Placement.objects.filter(pk__in=sorted(stale)).delete()
+            give_back_borrowed(list(stale.values()))
         kept = {(alloc_id, node_id) for pid, alloc_id, node_id, _ in existing if pid not in stale}
         Placement.objects.bulk_create([Placement(allocation_id=alloc_id, node_id=node_id, kind="held")
                                        for alloc_id, node_ids in holds.items() for node_id in node_ids
@@ -182,8 +184,6 @@ def allocations_hold(holds: dict[int, list[int]]) -> None:
 
 def allocation_release(*, allocation: Allocation, command: str | None = None) -> None:
     """Free an allocation's nodes (it left holding states); give borrowed nodes back when empty."""
-    from nodes.models import Node
-
     placements = list(allocation.placements.select_related("node"))
     for p in placements:
         if command == "terminate":
@@ -192,13 +192,25 @@ def allocation_release(*, allocation: Allocation, command: str | None = None) ->
         elif command == "kill":
             agent_command_on_commit(p.node.name, {"type": "kill", "allocation": str(allocation.pk)})
     allocation.placements.all().delete()
-    borrowed = [p.node_id for p in placements if p.node.borrowed_by_id is not None]
-    for node_id in borrowed:
-        if not Placement.objects.filter(node_id=node_id).exists():
-            Node.objects.filter(pk=node_id).update(borrowed_by=None)
+    give_back_borrowed([p.node_id for p in placements if p.node.borrowed_by_id is not None])
     if allocation.preempted_by_id:
         _maybe_released(allocation.preempted_by_id)
     _request_pass(allocation.resource_group_id)
+
+
+def give_back_borrowed(node_ids: list[int]) -> None:
+    """Borrowed nodes among these go back to their home vCluster once no allocation of the
+    borrower runs or holds a place there (the home's own work, even its holds, keeps nothing
+    borrowed). Call after deleting placements."""
+    from django.db.models import Exists, OuterRef
+
+    from nodes.models import Node
+
+    if not node_ids:
+        return
+    borrower_there = Placement.objects.filter(node_id=OuterRef("pk"), allocation__vcluster_id=OuterRef("borrowed_by_id"))
+    Node.objects.filter(pk__in=sorted(set(node_ids)), borrowed_by__isnull=False).exclude(
+        Exists(borrower_there)).update(borrowed_by=None)
 
 
 def _maybe_released(decision_id: int) -> None:
@@ -381,7 +393,10 @@ def sweep(*, now: datetime | None = None) -> dict[str, int]:
         done["deadlines"] += 1
     for alloc_id in holds_expired(moment):
         with transaction.atomic():
-            removed, _ = Placement.objects.filter(allocation_id=alloc_id, kind="held").delete()
+            held = Placement.objects.filter(allocation_id=alloc_id, kind="held")
+            nodes = list(held.values_list("node_id", flat=True))
+            removed, _ = held.delete()
+            give_back_borrowed(nodes)
             if removed:
                 AllocationEvent.objects.create(allocation_id=alloc_id, from_state=State.PENDING,
                                                to_state=State.PENDING, reason="hold released: victims never left")
