@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -22,11 +23,17 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from scheduling import snapshot_cache
-from scheduling.actions.preemption import allocation_place, allocations_hold, preempt_for
+from scheduling.actions.preemption import (
+    allocation_place,
+    allocations_hold,
+    preempt_for,
+    victim_action,
+)
 from scheduling.actions.starts import allocations_start
 from scheduling.dispatch import events_on_commit
 from scheduling.engine import Decision, decide
 from scheduling.engine import model as em
+from scheduling.engine.explain import ACTION_TEXT
 from scheduling.errors import DomainError
 from scheduling.models import (
     Allocation,
@@ -303,8 +310,8 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
     staged.append((row, decision, build_record(group, row["id"], decision, snap, as_of, latency,
                                                Execution.SHADOW if shadow else Execution.EXECUTED)))
     if not shadow:  # later decisions of this pass see the victims leaving, written or not yet
-        for v in decision.victims:
-            snap.cluster.set_state(v.id, "checkpointing" if v.action == "checkpoint" else "terminating")
+        for v in staged[-1][2].victims:  # as the record has them: session types may override the mode
+            snap.cluster.set_state(v["id"], "checkpointing" if v["action"] == "checkpoint" else "terminating")
 
 
 Staged = tuple[dict, Decision, PreemptionDecision]
@@ -340,7 +347,7 @@ def _write_preempts(snap: Snapshot, batch: list[Staged]) -> list[PreemptionDecis
     records = save_records([(record, row["tenant_id"], [int(v.id) for v in decision.victims])
                             for row, decision, record in batch])
     if not group.shadow:  # every victim of the batch asked at once, every hold written at once
-        preempt_for([(record, record.decided_for, [(int(v.id), v.action) for v in decision.victims])
+        preempt_for([(record, record.decided_for, [(int(v["id"]), v["action"]) for v in record.victims])
                      for (_, decision, _), record in zip(batch, records, strict=True)],
                     checkpoint_timeout_s=snap.policy.checkpoint_timeout_minutes * 60)
         allocations_hold({row["id"]: [snap.node_ids[n] for n in decision.nodes] for row, decision, _ in batch})
@@ -351,11 +358,38 @@ def _write_preempts(snap: Snapshot, batch: list[Staged]) -> list[PreemptionDecis
 
 
 def _victim_row(snap: Snapshot, victim: object) -> dict:
+    """A victim as recorded and executed: the engine's choice, with its session type's mode
+    override applied (the engine knows only the policy's mode)."""
     row = victim.to_dict()  # type: ignore[attr-defined]
     slot = snap.cluster.slot_of.get(row["id"])
     alloc = snap.cluster.objs[slot] if slot is not None else None
     row["vcluster"] = alloc.vcluster if alloc is not None else None
+    override = snap.session_modes.get(alloc.session_type or "") if alloc is not None else None
+    if alloc is not None and override and override != snap.policy.mode:
+        row["mode"] = override
+        row["action"] = victim_action(override, alloc.checkpoint)
     return row
+
+
+def _override_note(victims: list[dict]) -> str:
+    """What session type mode overrides changed, without naming the victims (tenants read it)."""
+    texts = Counter(ACTION_TEXT.get((v["mode"], v["action"]), "stopped") for v in victims if "mode" in v)
+    if not texts:
+        return ""
+    return " By their session types' mode, " + "; ".join(
+        f"{n} of them will instead be {text}" for text, n in sorted(texts.items())) + "."
+
+
+def decision_output(snap: Snapshot, decision: Decision) -> dict:
+    """The engine's answer as Lattice would carry it out: victims with session type mode overrides."""
+    out = decision.to_dict()
+    rows = [_victim_row(snap, v) for v in decision.victims]
+    for shown, row in zip(out["victims"], rows, strict=True):
+        shown["action"] = row["action"]
+        if "mode" in row:
+            shown["mode"] = row["mode"]
+    out["explanation"] += _override_note(rows)
+    return out
 
 
 def last_codes(alloc_ids: list[int]) -> dict[int, str]:
@@ -376,11 +410,12 @@ def build_record(group: ResourceGroup, alloc_id: int, decision: Decision, snap: 
     candidates: list[dict] = [c.to_dict() for c in rows]
     if others:
         candidates.append({"summary": others})
+    victims = [_victim_row(snap, v) for v in decision.victims]
     return PreemptionDecision(
         resource_group=group, preemptor_id=alloc_id, decided_for=moment, result=decision.outcome,
         code=decision.code, trigger=decision.trigger or "", nodes=list(decision.nodes),
-        borrowed=list(decision.borrowed), victims=[_victim_row(snap, v) for v in decision.victims],
-        candidates=candidates, explanation=decision.explanation,
+        borrowed=list(decision.borrowed), victims=victims,
+        candidates=candidates, explanation=decision.explanation + _override_note(victims),
         policy_snapshot={**(group.policy or {}), "paused": group.paused, "shadow": group.shadow},
         outcome=outcome, latency_ms=latency)
 

@@ -84,6 +84,8 @@ class Snapshot:
         self.dirty = False
         # The tenants' quota use, for a pass (snapshot_cache loads it with the snapshot).
         self.quotas: QuotaBook | None = None
+        # Session types that override the policy mode for their victims (name -> mode).
+        self.session_modes: dict[str, str] = {}
 
 
 def load_snapshot(group: ResourceGroup) -> Snapshot:
@@ -95,7 +97,8 @@ def load_snapshot(group: ResourceGroup) -> Snapshot:
                              allow_borrowing=v["allow_borrowing"], max_borrow_pct=v["max_borrow_pct"])
                  for v in VCluster.objects.filter(resource_group=group).values(
                      "name", "type", "allow_lending", "allow_borrowing", "max_borrow_pct")]
-    session_types = [session_type_of(st) for st in SessionType.objects.filter(resource_group=group)]
+    rows = list(SessionType.objects.filter(resource_group=group))
+    session_types = [session_type_of(st) for st in rows]
     tenants = [em.Tenant(name=t["name"], fair_share=t["quota__fair_share"] or 0.0,
                          burst_allowance=t["quota__burst_allowance"],
                          below_fair_share_since=ts(t["below_fair_share_since"]))
@@ -105,7 +108,9 @@ def load_snapshot(group: ResourceGroup) -> Snapshot:
                             vcluster=n["vcluster__name"], borrowed_by=n["borrowed_by__name"], state=n["state"])
                     for n in nodes]
     cluster = Cluster(engine_nodes, list(holding(group).values()), tenants, vclusters, session_types)
-    return Snapshot(group, cluster, {n["name"]: n["id"] for n in nodes})
+    snap = Snapshot(group, cluster, {n["name"]: n["id"] for n in nodes})
+    snap.session_modes = {st.name: st.mode for st in rows if st.mode}
+    return snap
 
 
 def holding(group: ResourceGroup, ids: list[int] | None = None) -> dict[int, em.Allocation]:

@@ -29,14 +29,14 @@ def allocation_protect(*, allocation: Allocation, until: datetime, actor: Any, r
 
 def allocation_force_preempt(*, allocation: Allocation, actor: Any, reason: str) -> Allocation:
     """Ask running work to leave now, as a preemption would (checkpoint when it can)."""
-    from scheduling.actions.preemption import allocation_preempt
+    from scheduling.actions.preemption import allocation_preempt, mode_of, victim_action
     from scheduling.snapshot import policy_of
 
-    alloc = Allocation.objects.select_related("resource_group").get(pk=allocation.pk)
+    alloc = Allocation.objects.select_related("resource_group", "session_type").get(pk=allocation.pk)
     if alloc.state != State.RUNNING:
         raise Conflict(f"allocation {alloc.pk} is {alloc.state}, not running")
     policy = policy_of(alloc.resource_group)
-    action = "checkpoint" if policy.mode == "suspend" and alloc.checkpoint in ("auto", "manual") else "terminate"
+    action = victim_action(mode_of(alloc), alloc.checkpoint)
     with transaction.atomic():
         allocation_preempt(allocation=alloc, decision=None, action=action,
                            checkpoint_timeout_s=policy.checkpoint_timeout_minutes * 60)

@@ -224,6 +224,20 @@ def _maybe_released(decision_id: int) -> None:
         decision.save(update_fields=["released_at"])
 
 
+def effective_mode(group_policy: dict[str, Any] | None, session_mode: str | None) -> str:
+    """What happens to a victim: its session type's mode when set, else its group's policy mode."""
+    return session_mode or (group_policy or {}).get("mode") or "suspend"
+
+
+def victim_action(mode: str, checkpoint: str) -> str:
+    """Checkpoint in suspend mode when the work can; otherwise it is stopped."""
+    return "checkpoint" if mode == "suspend" and checkpoint in ("auto", "manual") else "terminate"
+
+
+def mode_of(alloc: Allocation) -> str:
+    return effective_mode(alloc.resource_group.policy, alloc.session_type.mode if alloc.session_type_id else "")
+
+
 def _requeue(alloc: Allocation, *, reason: str, resume: bool, now: datetime, **extra: Any) -> None:
     allocation_transition(allocation=alloc, to=State.PENDING, reason=reason, now=now, fields={
         "preempted_count": alloc.preempted_count + 1, "resume_from_checkpoint": resume, "started_at": None,
@@ -295,8 +309,7 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
             AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
                                            reason=f"late exit of an earlier run ignored: {reason} ({exit_code})")
             return alloc
-        mode = (alloc.session_type.mode if alloc.session_type_id and alloc.session_type.mode else
-                (alloc.resource_group.policy or {}).get("mode", "suspend"))
+        mode = mode_of(alloc)
         fields = {"exit_code": exit_code}
         if alloc.state == State.TERMINATING:
             if mode == "terminate":
@@ -361,8 +374,7 @@ def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) 
             allocation_release(allocation=alloc, command="terminate")
         else:
             # The agent never reported the exit within the grace: kill, and count it as exited.
-            mode = (alloc.resource_group.policy or {}).get("mode", "suspend")
-            if mode == "terminate":
+            if mode_of(alloc) == "terminate":
                 allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="killed after grace",
                                       now=moment, fields={"ended_at": moment})
             else:

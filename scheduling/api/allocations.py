@@ -19,6 +19,7 @@ from scheduling.api.serializers import AllocationInput, AllocationOutput, EventO
 from scheduling.engine import decide
 from scheduling.engine import model as em
 from scheduling.models import Allocation
+from scheduling.scheduler import decision_output
 from scheduling.selectors import allocations_visible, events_of, explanation
 from scheduling.snapshot import load_snapshot
 
@@ -85,12 +86,16 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         """The decision this request would get now. Nothing is stored."""
         data = AllocationInput(data=request.data, context={"request": request})
         data.is_valid(raise_exception=True)
-        snap = load_snapshot(data.validated_data["resource_group"])
-        fields = data.model_fields()
-        tenant = data.validated_data["tenant_obj"]
-        req = _request(fields, tenant.name, request.user.get_username())
-        decision = decide(snap.cluster, snap.policy, req, timezone.now().timestamp())
-        return Response(_visible(decision.to_dict(), tenant.pk))
+        return Response(what_if(data, request.user.get_username()))
+
+
+def what_if(data: AllocationInput, username: str) -> dict[str, Any]:
+    """The decision a valid request would get now, as its tenant may see it; nothing is stored."""
+    snap = load_snapshot(data.validated_data["resource_group"])
+    tenant = data.validated_data["tenant_obj"]
+    req = _request(data.model_fields(), tenant.name, username)
+    return _visible(decision_output(snap, decide(snap.cluster, snap.policy, req, timezone.now().timestamp())),
+                    tenant.pk)
 
 
 def _request(fields: dict[str, Any], tenant: str, user: str) -> em.Allocation:

@@ -8,16 +8,13 @@ from django import forms
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 
 from scheduling.actions.admission import allocation_submit
-from scheduling.api.allocations import _request, _visible
+from scheduling.api.allocations import what_if
 from scheduling.api.serializers import AllocationInput
-from scheduling.engine import decide
 from scheduling.errors import DomainError
 from scheduling.models import Allocation, Placement, ResourceGroup
 from scheduling.selectors import allocations_visible, events_of, explanation, tenant_ids
-from scheduling.snapshot import load_snapshot
 
 
 def _risks(allocs: list[Allocation]) -> list[dict[str, Any]]:
@@ -80,10 +77,7 @@ def submit(request: HttpRequest) -> HttpResponse:
         if not data.is_valid():
             errors = data.errors
         elif request.POST.get("action") == "whatif":
-            snap = load_snapshot(data.validated_data["resource_group"])
-            tenant = data.validated_data["tenant_obj"]
-            req = _request(data.model_fields(), tenant.name, request.user.get_username())
-            whatif = _visible(decide(snap.cluster, snap.policy, req, timezone.now().timestamp()).to_dict(), tenant.pk)
+            whatif = what_if(data, request.user.get_username())
         else:
             try:
                 alloc = allocation_submit(user=request.user, tenant=data.validated_data["tenant_obj"],
