@@ -322,6 +322,8 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
             allocation_transition(allocation=alloc, to=State.FAILED, reason="exited while checkpointing",
                                   now=moment, fields={**fields, "ended_at": moment})
             allocation_release(allocation=alloc)
+            if alloc.requeue_policy == "always":
+                requeue_failed(alloc)
         else:
             done = reason == "completed" and exit_code == 0
             allocation_transition(allocation=alloc, to=State.COMPLETED if done else State.FAILED,
@@ -372,6 +374,8 @@ def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) 
                                   reason="checkpoint timed out: terminated",
                                   fields={"ended_at": moment, "deadline_at": None})
             allocation_release(allocation=alloc, command="terminate")
+            if alloc.requeue_policy == "always":  # failed, not suspended; requeued if its policy allows
+                requeue_failed(alloc)
         else:
             # The agent never reported the exit within the grace: kill, and count it as exited.
             if mode_of(alloc) == "terminate":
