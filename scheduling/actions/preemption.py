@@ -261,9 +261,7 @@ def allocation_checkpoint_done(*, allocation: Allocation, ok: bool, location: st
             allocation_release(allocation=alloc, command="terminate")  # checkpointed: stop the process
             _requeue(alloc, reason="requeued after preemption", resume=True, now=moment)
         else:
-            allocation_transition(allocation=alloc, to=State.FAILED, reason=f"checkpoint failed: {error}"[:255],
-                                  now=moment, fields={"ended_at": moment})
-            allocation_release(allocation=alloc, command="kill")
+            _victim_failed(alloc, f"checkpoint failed: {error}", moment, command="kill")
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
     return alloc
 
@@ -319,11 +317,8 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
                 _requeue(alloc, reason="requeued after preemption", resume=False, now=moment, **fields)
             allocation_release(allocation=alloc)  # after it left terminating: the decision sees it gone
         elif alloc.state == State.CHECKPOINTING:
-            allocation_transition(allocation=alloc, to=State.FAILED, reason="exited while checkpointing",
-                                  now=moment, fields={**fields, "ended_at": moment})
-            allocation_release(allocation=alloc)
-            if alloc.requeue_policy == "always":
-                requeue_failed(alloc)
+            _victim_failed(alloc, f"checkpoint failed: exited while checkpointing ({exit_code})", moment,
+                           fields=fields)
         else:
             done = reason == "completed" and exit_code == 0
             allocation_transition(allocation=alloc, to=State.COMPLETED if done else State.FAILED,
@@ -334,6 +329,18 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
                 requeue_failed(alloc)
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
     return alloc
+
+
+def _victim_failed(alloc: Allocation, reason: str, moment: datetime, *, command: str | None = None,
+                   fields: dict[str, Any] | None = None) -> None:
+    """A checkpoint that failed, timed out or died with its process: the victim ends failed, not
+    suspended, and is requeued if its policy allows (the reason starts with "checkpoint", which
+    the failed-checkpoint metric counts)."""
+    allocation_transition(allocation=alloc, to=State.FAILED, reason=reason[:255], now=moment,
+                          fields={**(fields or {}), "ended_at": moment})
+    allocation_release(allocation=alloc, command=command)
+    if alloc.requeue_policy == "always":
+        requeue_failed(alloc)
 
 
 def requeue_failed(alloc: Allocation) -> Allocation | None:
@@ -370,12 +377,8 @@ def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) 
                 alloc.save(update_fields=["deadline_at", "deadline_extended"])
                 task_on_commit(_deadlines_task(), [alloc.pk], countdown=extra.total_seconds() + 1)
                 return alloc
-            allocation_transition(allocation=alloc, to=State.FAILED, now=moment,
-                                  reason="checkpoint timed out: terminated",
-                                  fields={"ended_at": moment, "deadline_at": None})
-            allocation_release(allocation=alloc, command="terminate")
-            if alloc.requeue_policy == "always":  # failed, not suspended; requeued if its policy allows
-                requeue_failed(alloc)
+            _victim_failed(alloc, "checkpoint timed out: terminated", moment, command="terminate",
+                           fields={"deadline_at": None})
         else:
             # The agent never reported the exit within the grace: kill, and count it as exited.
             if mode_of(alloc) == "terminate":

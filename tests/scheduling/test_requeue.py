@@ -60,3 +60,28 @@ def test_a_victim_that_exits_while_checkpointing_fails_and_is_requeued_if_always
     allocation_exited(allocation=Allocation.objects.get(pk=low.pk), exit_code=1, reason="failed")
     assert Allocation.objects.get(pk=low.pk).state == "failed"
     assert [c.state for c in _copies(low)] == ["pending"]
+
+
+@pytest.mark.parametrize("how", ["timed out", "failed", "exited"])
+def test_every_way_a_checkpoint_fails_counts_as_a_failed_checkpoint(
+        client, settings, resource_group, vcluster_hpc, node_gpu_a, make_allocation, how):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from scheduling.actions.preemption import allocation_checkpoint_done
+
+    settings.METRICS_PUBLIC = True
+    low = _job(make_allocation, vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    _job(make_allocation, vcluster_hpc, klass=7)
+    schedule_pass(resource_group.pk)
+    low = Allocation.objects.get(pk=low.pk)
+    if how == "timed out":
+        allocation_deadline(allocation=low, now=low.deadline_at + timedelta(seconds=1))
+    elif how == "failed":
+        allocation_checkpoint_done(allocation=low, ok=False, error="disk full")
+    else:
+        allocation_exited(allocation=low, exit_code=137, reason="failed")
+    assert Allocation.objects.get(pk=low.pk).state == "failed"
+    body = client.get("/metrics").content.decode()
+    [family] = [f for f in text_string_to_metric_families(body) if f.name == "lattice_preemption_failed_checkpoint"]
+    assert [s.value for s in family.samples if s.name.endswith("_total")] == [1]
