@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from nodes import actions
 from nodes.models import Node
 from scheduling.api.permissions import IsOperator
+from scheduling.api.serializers import ReasonInput
 
 
 class NodeOutput(serializers.ModelSerializer):
@@ -24,10 +25,6 @@ class NodeOutput(serializers.ModelSerializer):
         fields = ["id", "name", "resource_group", "vcluster", "borrowed_by", "state", "gpu", "cpu", "memory",
                   "labels", "last_heartbeat_at", "agent_version"]
         read_only_fields = fields
-
-
-class ReasonInput(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000)
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):

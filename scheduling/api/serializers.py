@@ -14,6 +14,12 @@ from scheduling.models import Allocation, AllocationEvent, ResourceGroup, Sessio
 from scheduling.models.allocations import RESOURCES, Checkpoint, RequeuePolicy
 
 
+class ReasonInput(serializers.Serializer):
+    """Why an operator changes something; kept in the audit log."""
+
+    reason = serializers.CharField(max_length=2000)
+
+
 class ConstraintsField(serializers.Serializer):
     labels = serializers.DictField(child=serializers.CharField(max_length=128), required=False)
     same = serializers.CharField(max_length=64, required=False)

@@ -3,6 +3,14 @@ from rest_framework.routers import DefaultRouter
 
 from nodes.api import NodeViewSet
 from scheduling.api.allocations import AllocationViewSet
+from scheduling.api.operators import (
+    OverrideViewSet,
+    QuotaViewSet,
+    ResourceGroupViewSet,
+    SessionTypeViewSet,
+    TenantViewSet,
+    VClusterViewSet,
+)
 from scheduling.api.preemptions import PreemptionViewSet
 from scheduling.api.simulate import SimulateView
 from scheduling.api.tokens import TokenViewSet
@@ -14,6 +22,12 @@ router.register("allocations", AllocationViewSet, basename="allocation")
 router.register("preemptions", PreemptionViewSet, basename="preemption")
 router.register("nodes", NodeViewSet, basename="node")
 router.register("tokens", TokenViewSet, basename="token")
+router.register("resource-groups", ResourceGroupViewSet, basename="resource-group")
+router.register("vclusters", VClusterViewSet, basename="vcluster")
+router.register("session-types", SessionTypeViewSet, basename="session-type")
+router.register("tenants", TenantViewSet, basename="tenant")
+router.register("quotas", QuotaViewSet, basename="quota")
+router.register("overrides", OverrideViewSet, basename="override")
 
 urlpatterns = [
     path("simulate/", SimulateView.as_view(), name="simulate"),

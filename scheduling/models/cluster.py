@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
@@ -66,7 +67,8 @@ class VCluster(models.Model):
     type = models.CharField(max_length=16, choices=VClusterType.choices, default=VClusterType.HPC_BATCH)
     allow_lending = models.BooleanField(default=True)
     allow_borrowing = models.BooleanField(default=True)
-    max_borrow_pct = models.FloatField(default=0.2, help_text="Share of its nodes it lends at most (0..1).")
+    max_borrow_pct = models.FloatField(default=0.2, validators=[MinValueValidator(0), MaxValueValidator(1)],
+                                       help_text="Share of its nodes it lends at most (0..1).")
     weights = models.JSONField(default=dict, blank=True, help_text="Queue-ordering weights; empty = type defaults.")
     tenants = models.ManyToManyField("scheduling.Tenant", blank=True, related_name="vclusters",
                                      help_text="Tenants that may submit here; none = every tenant.")
@@ -107,10 +109,10 @@ class SessionType(models.Model):
     preemptable = models.BooleanField(default=False)
     preempts = models.JSONField(default=list, blank=True,
                                 help_text='Queues it preempts: ["q"] or [{"queue": "q", "pref": 2}].')
-    rank = models.PositiveIntegerField(default=1)
+    rank = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(10000)])
     scope = models.CharField(max_length=16, choices=Scope.choices, default=Scope.LOWER_OR_EQUAL)
     criteria = models.CharField(max_length=24, choices=Criteria.choices, default=Criteria.MOST_OVER_ALLOCATED)
-    default_class = models.PositiveSmallIntegerField(default=0)
+    default_class = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(10)])
     mode = models.CharField(max_length=16, blank=True, default="",
                             choices=[("suspend", "suspend"), ("requeue", "requeue"), ("terminate", "terminate")],
                             help_text="Overrides the policy mode for this type's victims.")

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import connection, models
 from django.db.models import Q
 
@@ -53,11 +54,11 @@ class Quota(models.Model):
     max_nodes = models.PositiveIntegerField(default=16)
     max_gpus = models.PositiveIntegerField(default=64)
     max_concurrent_allocations = models.PositiveIntegerField(default=50)
-    max_preemption_class = models.PositiveSmallIntegerField(default=9)
-    max_priority = models.PositiveSmallIntegerField(default=100)
-    fair_share = models.FloatField(default=0.0)
-    burst_allowance = models.FloatField(null=True, blank=True)
-    gpu_hours_budget = models.FloatField(null=True, blank=True)
+    max_preemption_class = models.PositiveSmallIntegerField(default=9, validators=[MaxValueValidator(10)])
+    max_priority = models.PositiveSmallIntegerField(default=100, validators=[MaxValueValidator(100)])
+    fair_share = models.FloatField(default=0.0, validators=[MinValueValidator(0), MaxValueValidator(1)])
+    burst_allowance = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
+    gpu_hours_budget = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
 
     class Meta:
         constraints = [

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from functools import wraps
 from typing import Any
 
@@ -22,13 +21,12 @@ from scheduling.actions.overrides import (
     group_policy_edit,
 )
 from scheduling.api.permissions import is_operator
-from scheduling.engine import decide
-from scheduling.engine.eligibility import _protections
 from scheduling.errors import DomainError
 from scheduling.forms import PolicyForm
 from scheduling.models import Allocation, Placement, PolicyChange, PreemptionDecision, ResourceGroup
+from scheduling.preview import policy_preview
 from scheduling.scheduler import pending_queue
-from scheduling.snapshot import engine_allocation, load_snapshot, policy_of
+from scheduling.snapshot import policy_of
 
 
 def operator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -72,32 +70,6 @@ def decision_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "ops/decision.html", {"d": decision})
 
 
-def _preview(group: ResourceGroup, policy: dict[str, Any]) -> dict[str, Any]:
-    """What the change would do on the current state, computed by the engine."""
-    from scheduling.engine.parse import parse_policy
-
-    snap = load_snapshot(group)
-    now = datetime.now().timestamp()
-    old, new = snap.policy, parse_policy({**policy, "paused": group.paused})
-    cluster = snap.cluster
-    before = _protections(cluster, old, now, False)
-    after = _protections(cluster, new, now, False)
-    changed = []
-    for slot in range(cluster.slots):
-        if before[slot] < 0 or (before[slot] == 0) == (after[slot] == 0):
-            continue
-        changed.append({"id": str(cluster.a_ids[slot]), "now": "protected" if before[slot] else "preemptible",
-                        "after": "protected" if after[slot] else "preemptible"})
-    pending = []
-    for row in pending_queue(group, new.kind, 50):
-        req = engine_allocation(row)
-        a, b = decide(cluster, old, req, now), decide(cluster, new, req, now)
-        if (a.outcome, a.code) != (b.outcome, b.code) or b.outcome == "preempt":
-            pending.append({"id": row["id"], "now": f"{a.outcome} {a.code}", "after": f"{b.outcome} {b.code}",
-                            "victims": [v.id for v in b.victims]})
-    return {"changed": changed, "pending": pending}
-
-
 @operator_required
 def policy_editor(request: HttpRequest, name: str) -> HttpResponse:
     group = get_object_or_404(ResourceGroup, name=name)
@@ -109,7 +81,7 @@ def policy_editor(request: HttpRequest, name: str) -> HttpResponse:
                 group_policy_edit(group=group, policy=form.cleaned_data["policy"], actor=request.user,
                                   reason=form.cleaned_data["reason"])
                 return redirect("ops-audit")
-            preview = _preview(group, form.cleaned_data["policy"])
+            preview = policy_preview(group, form.cleaned_data["policy"])
     else:
         form = PolicyForm(policy=group.policy)
     return render(request, "ops/policy.html", {"group": group, "form": form, "preview": preview})

@@ -1,0 +1,259 @@
+"""Operators' configuration API: resource groups (policy, preview), vClusters, session types,
+tenants and quotas, and overrides (protect, force-preempt, pause, resume).
+
+Operators only: tenants get 403. Every change needs a ``reason`` and writes a
+PolicyChange with the row before and after, in the same transaction; invalid
+input is 400 with field errors and changes nothing. Tenants' work is never
+edited here (an override asks it to leave, as a preemption would).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models, transaction
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from scheduling.actions.overrides import (
+    allocation_force_preempt,
+    allocation_protect,
+    group_pause,
+    group_policy_edit,
+)
+from scheduling.actions.policies import policy_change_record, snapshot
+from scheduling.api.pagination import OldestFirst
+from scheduling.api.permissions import IsOperator
+from scheduling.api.serializers import ReasonInput
+from scheduling.models import Allocation, Quota, ResourceGroup, SessionType, Tenant, VCluster
+from scheduling.preview import policy_preview
+
+
+def _reason(request: Request) -> str:
+    data = ReasonInput(data=request.data)
+    data.is_valid(raise_exception=True)
+    return str(data.validated_data["reason"])
+
+
+class Checked(serializers.ModelSerializer):
+    """A model serializer that also runs the model's own checks (its constraints included), so
+    a value the database would refuse is a 400 with the field named, not a 500."""
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        model = self.Meta.model
+        candidate = copy.copy(self.instance) if self.instance is not None else model()
+        for name, value in attrs.items():
+            if not isinstance(model._meta.get_field(name), models.ManyToManyField):
+                setattr(candidate, name, value)
+        try:
+            candidate.full_clean(validate_unique=False)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(serializers.as_serializer_error(exc)) from None
+        return attrs
+
+
+class AuditedViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                     mixins.UpdateModelMixin, viewsets.GenericViewSet):
+    """Create and update with a reason, each audited; no delete (the admin keeps that)."""
+
+    permission_classes = [IsOperator]
+    pagination_class = OldestFirst
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def perform_create(self, serializer: serializers.BaseSerializer) -> None:
+        reason = _reason(self.request)
+        with transaction.atomic():
+            obj = serializer.save()
+            policy_change_record(actor=self.request.user, action="create", target=obj, before=None,
+                                 after=snapshot(obj), reason=reason)
+
+    def perform_update(self, serializer: serializers.BaseSerializer) -> None:
+        reason = _reason(self.request)
+        with transaction.atomic():
+            before = snapshot(serializer.instance)
+            obj = serializer.save()
+            policy_change_record(actor=self.request.user, action="edit", target=obj, before=before,
+                                 after=snapshot(obj), reason=reason)
+
+
+class VClusterOutput(Checked):
+    resource_group = serializers.SlugRelatedField(slug_field="name", queryset=ResourceGroup.objects.all())
+    tenants = serializers.SlugRelatedField(slug_field="name", queryset=Tenant.objects.all(), many=True,
+                                           required=False)
+
+    class Meta:
+        model = VCluster
+        fields = ["id", "resource_group", "name", "type", "allow_lending", "allow_borrowing", "max_borrow_pct",
+                  "weights", "tenants"]
+
+
+class VClusterViewSet(AuditedViewSet):
+    serializer_class = VClusterOutput
+    queryset = VCluster.objects.select_related("resource_group").prefetch_related("tenants")
+
+
+class SessionTypeOutput(Checked):
+    resource_group = serializers.SlugRelatedField(slug_field="name", queryset=ResourceGroup.objects.all())
+
+    class Meta:
+        model = SessionType
+        fields = ["id", "resource_group", "name", "priority", "preemptive", "preemptable", "preempts", "rank",
+                  "scope", "criteria", "default_class", "mode"]
+
+
+class SessionTypeViewSet(AuditedViewSet):
+    serializer_class = SessionTypeOutput
+    queryset = SessionType.objects.select_related("resource_group")
+
+
+class QuotaOutput(Checked):
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Quota
+        fields = ["id", "tenant", "max_nodes", "max_gpus", "max_concurrent_allocations", "max_preemption_class",
+                  "max_priority", "fair_share", "burst_allowance", "gpu_hours_budget"]
+
+
+class QuotaViewSet(AuditedViewSet):
+    """A tenant's quota, by tenant name; quotas come with their tenants (created in the admin)."""
+
+    serializer_class = QuotaOutput
+    queryset = Quota.objects.select_related("tenant")
+    lookup_field = "tenant__name"
+    lookup_url_kwarg = "tenant"
+    http_method_names = ["get", "patch", "head", "options"]
+
+
+class TenantOutput(serializers.ModelSerializer):
+    quota = QuotaOutput(read_only=True)
+    members = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Tenant
+        fields = ["id", "name", "display_name", "quota", "members"]
+
+    def get_members(self, tenant: Tenant) -> list[dict[str, str]]:
+        return [{"user": m.user.get_username(), "role": m.role} for m in tenant.memberships.all()]
+
+
+class TenantViewSet(viewsets.ReadOnlyModelViewSet):
+    permission_classes = [IsOperator]
+    pagination_class = OldestFirst
+    serializer_class = TenantOutput
+    queryset = Tenant.objects.select_related("quota").prefetch_related("memberships__user")
+    lookup_field = "name"
+
+
+class GroupOutput(serializers.ModelSerializer):
+    class Meta:
+        model = ResourceGroup
+        fields = ["id", "name", "description", "policy", "paused", "shadow", "updated_at"]
+        read_only_fields = fields
+
+
+class PolicyInput(serializers.Serializer):
+    policy = serializers.JSONField()
+
+    def validate_policy(self, value: Any) -> dict[str, Any]:
+        from scheduling.models.cluster import validate_policy
+
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("must be an object of the contract's policy fields")
+        try:
+            validate_policy(value)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(serializers.as_serializer_error(exc)) from None
+        return value
+
+
+class PolicyEdit(PolicyInput, ReasonInput):
+    pass
+
+
+class ResourceGroupViewSet(viewsets.ReadOnlyModelViewSet):
+    """Groups are created in the admin; here their policy is read, previewed and changed."""
+
+    permission_classes = [IsOperator]
+    pagination_class = OldestFirst
+    serializer_class = GroupOutput
+    queryset = ResourceGroup.objects.all()
+    lookup_field = "name"
+
+    @extend_schema(request=PolicyEdit, responses={200: GroupOutput})
+    @action(detail=True, methods=["put"])
+    def policy(self, request: Request, name: str | None = None) -> Response:
+        """Replace the policy (the whole document, as the contract defines it), with a reason."""
+        data = PolicyEdit(data=request.data)
+        data.is_valid(raise_exception=True)
+        group = group_policy_edit(group=self.get_object(), policy=data.validated_data["policy"],
+                                  actor=request.user, reason=data.validated_data["reason"])
+        return Response(GroupOutput(group).data)
+
+    @extend_schema(request=PolicyInput, responses={200: dict})
+    @action(detail=True, methods=["post"])
+    def preview(self, request: Request, name: str | None = None) -> Response:
+        """What the policy would change now (nothing is stored)."""
+        data = PolicyInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        return Response(policy_preview(self.get_object(), data.validated_data["policy"]))
+
+
+class ProtectInput(ReasonInput):
+    allocation = serializers.PrimaryKeyRelatedField(queryset=Allocation.objects.all())
+    until = serializers.DateTimeField()
+
+
+class ForcePreemptInput(ReasonInput):
+    allocation = serializers.PrimaryKeyRelatedField(queryset=Allocation.objects.all())
+
+
+class PauseInput(ReasonInput):
+    resource_group = serializers.SlugRelatedField(slug_field="name", queryset=ResourceGroup.objects.all())
+
+
+class OverrideViewSet(viewsets.ViewSet):
+    """Overrides, each audited with its reason (see also the console)."""
+
+    permission_classes = [IsOperator]
+
+    @extend_schema(request=ProtectInput, responses={200: dict})
+    @action(detail=False, methods=["post"])
+    def protect(self, request: Request) -> Response:
+        data = ProtectInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        alloc = allocation_protect(allocation=data.validated_data["allocation"], until=data.validated_data["until"],
+                                   actor=request.user, reason=data.validated_data["reason"])
+        return Response({"allocation": alloc.pk, "protected_until": alloc.protected_until})
+
+    @extend_schema(request=ForcePreemptInput, responses={200: dict})
+    @action(detail=False, methods=["post"], url_path="force-preempt")
+    def force_preempt(self, request: Request) -> Response:
+        data = ForcePreemptInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        alloc = allocation_force_preempt(allocation=data.validated_data["allocation"], actor=request.user,
+                                         reason=data.validated_data["reason"])
+        alloc.refresh_from_db()
+        return Response({"allocation": alloc.pk, "state": alloc.state})
+
+    def _pause(self, request: Request, paused: bool) -> Response:
+        data = PauseInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        group = group_pause(group=data.validated_data["resource_group"], paused=paused, actor=request.user,
+                            reason=data.validated_data["reason"])
+        return Response(GroupOutput(group).data, status=status.HTTP_200_OK)
+
+    @extend_schema(request=PauseInput, responses={200: GroupOutput})
+    @action(detail=False, methods=["post"])
+    def pause(self, request: Request) -> Response:
+        return self._pause(request, True)
+
+    @extend_schema(request=PauseInput, responses={200: GroupOutput})
+    @action(detail=False, methods=["post"])
+    def resume(self, request: Request) -> Response:
+        return self._pause(request, False)
