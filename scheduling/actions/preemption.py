@@ -214,14 +214,19 @@ def give_back_borrowed(node_ids: list[int]) -> None:
 
 
 def _maybe_released(decision_id: int) -> None:
-    decision = PreemptionDecision.objects.filter(pk=decision_id, released_at__isnull=True).first()
-    if decision is None:
-        return
-    # Still leaving for this decision: a victim requeued and started again since is not.
-    if not decision.victim_allocations.filter(state__in=(State.CHECKPOINTING, State.TERMINATING),
-                                              preempted_by_id=decision_id).exists():
-        decision.released_at = timezone.now()
-        decision.save(update_fields=["released_at"])
+    """Mark the decision released once none of its victims is still leaving for it. The decision's
+    row is locked first: two victims leaving at once (two agents' reports in two transactions)
+    would otherwise each see the other still leaving, and neither would mark it."""
+    with transaction.atomic():
+        decision = PreemptionDecision.objects.select_for_update().filter(
+            pk=decision_id, released_at__isnull=True).first()
+        if decision is None:
+            return
+        # Still leaving for this decision: a victim requeued and started again since is not.
+        if not decision.victim_allocations.filter(state__in=(State.CHECKPOINTING, State.TERMINATING),
+                                                  preempted_by_id=decision_id).exists():
+            decision.released_at = timezone.now()
+            decision.save(update_fields=["released_at"])
 
 
 def effective_mode(group_policy: dict[str, Any] | None, session_mode: str | None) -> str:

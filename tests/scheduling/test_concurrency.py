@@ -94,3 +94,34 @@ def test_two_passes_at_once_never_place_two_requests_on_one_free_node(resource_g
         assert all(not isinstance(r, Exception) for r in results), results
         assert Allocation.objects.filter(state="running").count() == 1
         assert Placement.objects.filter(node=node_gpu_a, kind="assigned").count() == 1
+
+
+def test_two_victims_leaving_at_once_release_their_decision(resource_group, vcluster_hpc, two_nodes,
+                                                            make_allocation, monkeypatch):
+    """Each victim's report runs in its own transaction; both reach the release check before either
+    commits (a barrier holds them there), as two agents reporting in the same instant would."""
+    from scheduling.actions import preemption
+    from scheduling.actions.preemption import allocation_checkpoint_done
+
+    victims = [make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1,
+                               checkpoint="auto", vcluster=vcluster_hpc) for _ in range(2)]
+    schedule_pass(resource_group.pk)
+    high = make_allocation(state="pending", node_count=2, per_node_gpu=8, preemption_class=7, checkpoint="auto",
+                           vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    decision = PreemptionDecision.objects.get(preemptor=high, code="PREEMPT")
+    assert sorted(decision.victim_allocations.values_list("state", flat=True)) == ["checkpointing"] * 2
+
+    both_leaving = threading.Barrier(2, timeout=10)
+    check = preemption._maybe_released
+
+    def after_both(decision_id: int) -> None:
+        both_leaving.wait()
+        check(decision_id)
+
+    monkeypatch.setattr(preemption, "_maybe_released", after_both)
+    results = _in_threads(2, lambda i: allocation_checkpoint_done(
+        allocation=Allocation.objects.get(pk=victims[i].pk), ok=True, location=f"/ckpt/{i}"))
+    assert not [r for r in results if isinstance(r, Exception)], results
+    decision.refresh_from_db()
+    assert decision.released_at is not None
