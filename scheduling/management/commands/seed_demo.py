@@ -35,7 +35,11 @@ GROUPS: list[dict[str, Any]] = [
     {
         "name": "gpu-main",
         "description": "H100 training and batch cluster; checkpoint-aware classes.",
-        "policy": {"kind": "class_cost", "max_victims": 3, "mode": "suspend"},
+        # Anti-thrash, as an operator would set it: work runs a minute before it can be preempted,
+        # and is preempted at most three times (the demo's traffic would otherwise bounce some
+        # jobs every few seconds).
+        "policy": {"kind": "class_cost", "max_victims": 3, "mode": "suspend", "min_runtime_minutes": 1,
+                   "max_preemptions_per_job": 3},
         "vclusters": [
             ("hpc", "hpc_batch", 16, "gm"),
             ("ml", "ml_training", 12, "gm"),
