@@ -33,6 +33,19 @@ MIXED = -2
 CACHE_KEYS = 64  # cached values per snapshot; one decision uses about fifteen
 
 
+NO_KEY = -1  # an id without an integer key (see _id_key)
+DEAD_KEY = np.iinfo(np.int64).max  # above every key: dead slots sort last
+
+
+def _id_key(ident: str) -> int:
+    """An integer ordered as the id is in code-point order, for ids of at most 8 ASCII characters
+    without NUL: the bytes, padded with NULs (which sort before any character), read big-endian.
+    Any other id gets NO_KEY and the order falls back to sorting the strings."""
+    if len(ident) > 8 or not ident.isascii() or "\0" in ident:
+        return NO_KEY
+    return int.from_bytes(ident.encode("ascii").ljust(8, b"\0"), "big")
+
+
 class Cluster:
     def __init__(
         self,
@@ -134,6 +147,7 @@ class Cluster:
         self._next_slot = 0
         self.alive = np.zeros(size, dtype=bool)
         self.a_ids = np.zeros(size, dtype="U128")
+        self.a_idkey = np.full(size, NO_KEY, dtype=np.int64)  # see _id_key
         self.a_class = np.zeros(size, dtype=np.int64)
         self.a_prio = np.zeros(size, dtype=np.int64)
         self.a_running = np.zeros(size, dtype=bool)
@@ -158,12 +172,12 @@ class Cluster:
         self.a_borrow_home = np.full(size, NO_VC, dtype=np.int64)
         self.a_entries: dict[int, list[int]] = {}
 
-    _SLOT_ARRAYS = ("alive", "a_ids", "a_class", "a_prio", "a_running", "a_start", "a_wall", "a_ckpt",
+    _SLOT_ARRAYS = ("alive", "a_ids", "a_idkey", "a_class", "a_prio", "a_running", "a_start", "a_wall", "a_ckpt",
                     "a_ckpt_min", "a_last_ckpt", "a_sens", "a_prot", "a_preemptible", "a_jobtypes",
                     "a_pcount", "a_tenant", "a_user", "a_vc", "a_st", "a_held", "a_nnodes", "a_first_gpu",
                     "a_on_borrowed", "a_borrow_home")
     _FILL = {"a_start": np.nan, "a_wall": np.nan, "a_last_ckpt": np.nan, "a_prot": -np.inf,
-             "a_vc": NO_VC, "a_borrow_home": NO_VC}
+             "a_vc": NO_VC, "a_borrow_home": NO_VC, "a_idkey": NO_KEY}
 
     def _grow_slots(self) -> None:
         old = len(self.objs)
@@ -233,6 +247,7 @@ class Cluster:
         tenant = self._tenant(alloc.tenant)
         self.alive[slot] = True
         self.a_ids[slot] = alloc.id
+        self.a_idkey[slot] = _id_key(alloc.id)
         self.a_class[slot] = alloc.preemption_class
         self.a_prio[slot] = alloc.priority
         self.a_running[slot] = alloc.state == "running"
@@ -351,10 +366,17 @@ class Cluster:
         return self._next_slot
 
     def id_rank(self) -> IArr:
-        """Rank of each slot's id in code-point order (dead slots rank last)."""
+        """A key per slot ordering live slots' ids in code-point order (dead slots last); only
+        comparisons between keys mean anything. Short ASCII ids (Lattice's own are row ids) carry
+        an integer key from the moment they arrive, so after an allocation arrives or leaves the
+        order is one vectorised pass, not a sort of every id string."""
         def build() -> IArr:
             n = self._next_slot
-            ids = np.where(self.alive[:n], self.a_ids[:n], "\U0010ffff")
+            alive = self.alive[:n]
+            keys = self.a_idkey[:n]
+            if not (keys[alive] == NO_KEY).any():
+                return np.where(alive, keys, DEAD_KEY)
+            ids = np.where(alive, self.a_ids[:n], "\U0010ffff")
             rank = np.empty(n, dtype=np.int64)
             rank[np.argsort(ids, kind="stable")] = np.arange(n)
             return rank

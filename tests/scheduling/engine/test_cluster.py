@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scheduling.engine import Cluster, decide, parse_scenario
 
@@ -60,3 +64,29 @@ def test_a_kept_snapshot_keeps_a_bounded_number_of_cached_values():
         out = decide(live, s.policy, s.pending, s.now + 60 * i)
         assert [v.id for v in out.victims] == ["a"]
     assert 0 < len(live._cache) < passes  # keeping every pass's values would hold several per pass
+
+
+_IDS = st.lists(st.one_of(st.text(alphabet=st.characters(min_codepoint=1, max_codepoint=127), min_size=1,
+                                  max_size=10),
+                          st.integers(min_value=1, max_value=10**12).map(str),
+                          st.text(min_size=1, max_size=3)),
+                min_size=1, max_size=30, unique=True)
+
+
+@given(ids=_IDS, leave=st.sets(st.integers(min_value=0, max_value=29)))
+def test_the_id_order_is_code_point_order_while_allocations_come_and_go(ids, leave):
+    """Ties between candidates break by id in code-point order; the order kept by the snapshot
+    must be that one for any ids (short ASCII ones carry an integer key, others are sorted)."""
+    s = _scenario()
+    live = _cluster(s)
+    template = s.running[0]
+    for ident in ids:
+        live.add(replace(template, id=ident))
+    for i in sorted(leave):
+        if i < len(ids):
+            live.remove(ids[i])
+    rank = live.id_rank()
+    slots = [live.slot_of[i] for i in live.slot_of]
+    assert sorted(slots, key=lambda slot: int(rank[slot])) == sorted(slots, key=lambda slot: str(live.a_ids[slot]))
+    dead = [slot for slot in range(live.slots) if not live.alive[slot]]
+    assert all(int(rank[d]) > int(rank[a]) for d in dead for a in slots)
