@@ -65,8 +65,10 @@ def allocation_place(*, allocation: Allocation, node_ids: dict[str, int], nodes:
         Placement.objects.bulk_create([
             Placement(allocation=alloc, node_id=node_ids[name], gpu=alloc.per_node_gpu, cpu=alloc.per_node_cpu,
                       memory=alloc.per_node_memory) for name in nodes])
-        if borrowed and alloc.vcluster_id:
-            Node.objects.filter(name__in=borrowed, borrowed_by__isnull=True).update(borrowed_by=alloc.vcluster_id)
+        if borrowed and alloc.vcluster_id:  # locked as give_back_borrowed locks them (see there)
+            lent = list(Node.objects.select_for_update().filter(name__in=borrowed).order_by("pk")
+                        .values_list("pk", flat=True))
+            Node.objects.filter(pk__in=lent, borrowed_by__isnull=True).update(borrowed_by=alloc.vcluster_id)
         allocation_transition(allocation=alloc, to=State.RUNNING, reason="placed", decision=decision, now=moment,
                               fields={"started_at": moment, "ran_on": list(nodes)})
         for name in nodes:
@@ -201,16 +203,25 @@ def allocation_release(*, allocation: Allocation, command: str | None = None) ->
 def give_back_borrowed(node_ids: list[int]) -> None:
     """Borrowed nodes among these go back to their home vCluster once no allocation of the
     borrower runs or holds a place there (the home's own work, even its holds, keeps nothing
-    borrowed). Call after deleting placements."""
+    borrowed). Call after deleting placements. The borrowed nodes' rows are locked first (as
+    placing on a borrowed node locks them): two borrowers leaving at once would otherwise each
+    see the other still there, and a new borrower arriving meanwhile could be left on a node
+    marked not borrowed."""
     from django.db.models import Exists, OuterRef
 
     from nodes.models import Node
 
     if not node_ids:
         return
-    borrower_there = Placement.objects.filter(node_id=OuterRef("pk"), allocation__vcluster_id=OuterRef("borrowed_by_id"))
-    Node.objects.filter(pk__in=sorted(set(node_ids)), borrowed_by__isnull=False).exclude(
-        Exists(borrower_there)).update(borrowed_by=None)
+    with transaction.atomic():
+        borrowed = list(Node.objects.select_for_update().filter(pk__in=sorted(set(node_ids)),
+                                                                borrowed_by__isnull=False)
+                        .order_by("pk").values_list("pk", flat=True))
+        if not borrowed:
+            return
+        borrower_there = Placement.objects.filter(node_id=OuterRef("pk"),
+                                                  allocation__vcluster_id=OuterRef("borrowed_by_id"))
+        Node.objects.filter(pk__in=borrowed).exclude(Exists(borrower_there)).update(borrowed_by=None)
 
 
 def _maybe_released(decision_id: int) -> None:
@@ -302,7 +313,10 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
     """The process is gone. Idempotent: an exit for an ended allocation changes nothing."""
     moment = now or timezone.now()
     with transaction.atomic():
-        alloc = Allocation.objects.select_for_update().select_related("resource_group").get(pk=allocation.pk)
+        # Only the allocation's row: locking the joined group row too made every exit in a
+        # resource group wait for every other.
+        alloc = (Allocation.objects.select_for_update(of=("self",)).select_related("resource_group")
+                 .get(pk=allocation.pk))
         if alloc.state in FINAL or alloc.state in (State.PENDING, State.SUSPENDED):
             return alloc
         if reason in SIGNALLED and alloc.state in (State.RUNNING, State.CHECKPOINTING):

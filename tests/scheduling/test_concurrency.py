@@ -125,3 +125,37 @@ def test_two_victims_leaving_at_once_release_their_decision(resource_group, vclu
     assert not [r for r in results if isinstance(r, Exception)], results
     decision.refresh_from_db()
     assert decision.released_at is not None
+
+
+def test_two_borrowers_leaving_at_once_give_the_node_back(resource_group, vcluster_hpc, make_allocation,
+                                                          monkeypatch):
+    """Two allocations of the borrower share a borrowed node and end in the same instant, each in
+    its own transaction, both past deleting their placement before either checks (a barrier)."""
+    from nodes.models import Node
+    from scheduling.actions import preemption
+    from scheduling.actions.preemption import allocation_exited
+    from scheduling.models import VCluster
+
+    ml = VCluster.objects.create(resource_group=resource_group, name="ml", allow_lending=True, max_borrow_pct=1.0)
+    node = Node.objects.create(name="ml-a", resource_group=resource_group, vcluster=ml, gpu=8, cpu=64, memory=512,
+                               state="ready", borrowed_by=vcluster_hpc)
+    guests = []
+    for _ in range(2):
+        guest = make_allocation(state="running", node_count=1, per_node_gpu=4, vcluster=vcluster_hpc,
+                                started_at=timezone.now())
+        Placement.objects.create(allocation=guest, node=node, gpu=4)
+        guests.append(guest)
+
+    both_left = threading.Barrier(2, timeout=10)
+    give_back = preemption.give_back_borrowed
+
+    def after_both(node_ids: list[int]) -> None:
+        both_left.wait()
+        give_back(node_ids)
+
+    monkeypatch.setattr(preemption, "give_back_borrowed", after_both)
+    results = _in_threads(2, lambda i: allocation_exited(allocation=Allocation.objects.get(pk=guests[i].pk),
+                                                         exit_code=0, reason="completed"))
+    assert not [r for r in results if isinstance(r, Exception)], results
+    assert not Placement.objects.filter(node=node).exists()
+    assert Node.objects.get(pk=node.pk).borrowed_by_id is None
