@@ -132,12 +132,16 @@ class Agent:
                     await self._send_now(self._hello())
                     for frame in list(self.unacked.values()):
                         await self._send_now(frame)
-                    await asyncio.gather(self._reader(ws), self._heartbeats(ws))
+                    # Heartbeats stop with the connection: a clean close ends the reader, and
+                    # waiting for the next heartbeat to fail held a stopping agent up to 10 s.
+                    beats = asyncio.create_task(self._heartbeats(ws))
+                    try:
+                        await self._reader(ws)
+                    finally:
+                        beats.cancel()
+                    _closed(ws.close_code)
             except websockets.ConnectionClosed as exc:
-                code = exc.rcvd.code if exc.rcvd else None
-                log.warning("connection closed (%s)", code)
-                if code == 4401:
-                    log.error("the control plane refused this agent's token")
+                _closed(exc.rcvd.code if exc.rcvd else None)
             except (TimeoutError, OSError, websockets.InvalidHandshake) as exc:
                 log.warning("cannot reach %s: %s", self.url, exc)
             finally:
@@ -326,6 +330,12 @@ class Agent:
         self.stopping.set()
         if self.ws is not None:
             asyncio.get_running_loop().create_task(self.ws.close())
+
+
+def _closed(code: int | None) -> None:
+    log.warning("connection closed (%s)", code)
+    if code == 4401:
+        log.error("the control plane refused this agent's token")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -243,3 +243,12 @@ def test_control_plane_restart_loses_nothing_and_delivers_what_it_missed(
     assert list(AllocationEvent.objects.filter(allocation=keep, reason__startswith="started on")
                 .values_list("reason", flat=True)) == started_before  # not started twice
     assert Allocation.objects.get(pk=stop.pk).state == "cancelled"
+
+
+def test_an_agent_told_to_stop_closes_its_connection_and_exits_at_once(tmp_path, node_gpu_a, agent_factory):
+    """SIGTERM closes the connection cleanly and the agent exits: it does not wait for its next
+    heartbeat (10 s apart) to find the connection gone."""
+    _, proc = _connected_agent(tmp_path, node_gpu_a, agent_factory)
+    time.sleep(0.5)  # past the hello: connected and idle between heartbeats
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=5) == 0
