@@ -46,6 +46,10 @@ class Checked(serializers.ModelSerializer):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         model = self.Meta.model
+        group = attrs.get("resource_group")
+        if self.instance is not None and group is not None and group.pk != self.instance.resource_group_id:
+            # Its nodes, allocations and decisions stay in their group: moving it would split them.
+            raise serializers.ValidationError({"resource_group": ["cannot move to another resource group"]})
         candidate = copy.copy(self.instance) if self.instance is not None else model()
         for name, value in attrs.items():
             if not isinstance(model._meta.get_field(name), models.ManyToManyField):

@@ -156,3 +156,14 @@ def test_overrides_protect_force_preempt_and_pause_each_with_a_reason(ops, resou
     assert list(PolicyChange.objects.order_by("id").values_list("action", "reason")) == [
         ("protect", "demo at noon"), ("force_preempt", "maintenance"), ("pause", "incident"),
         ("resume", "resolved")]
+
+
+def test_a_vcluster_cannot_move_to_another_resource_group(ops, resource_group, vcluster_hpc):
+    ResourceGroup.objects.create(name="rg-other", policy={"kind": "class_cost"})
+    moved = _call(ops, "patch", f"/api/v1/vclusters/{vcluster_hpc.pk}/", {"resource_group": "rg-other",
+                                                                           "reason": "tidy up"})
+    assert moved.status_code == 400 and "resource_group" in moved.json()
+    assert VCluster.objects.get(pk=vcluster_hpc.pk).resource_group_id == resource_group.pk
+    same = _call(ops, "patch", f"/api/v1/vclusters/{vcluster_hpc.pk}/", {"resource_group": "rg-main",
+                                                                          "allow_lending": False, "reason": "r"})
+    assert same.status_code == 200 and same.json()["allow_lending"] is False
