@@ -19,6 +19,7 @@ urlpatterns = [
     path("ops/groups/<slug:name>/", ops.group_detail, name="ops-group"),
     path("ops/groups/<slug:name>/policy/", ops.policy_editor, name="ops-policy"),
     path("ops/groups/<slug:name>/pause/", ops.pause, name="ops-pause"),
+    path("ops/groups/<slug:name>/<slug:kind>/<int:pk>/", ops.config_editor, name="ops-config"),
     path("ops/decisions/<int:pk>/", ops.decision_detail, name="ops-decision"),
     path("ops/allocations/<int:pk>/override/", ops.override, name="ops-override"),
     path("jobs/", portal.jobs, name="jobs"),

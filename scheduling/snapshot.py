@@ -7,6 +7,7 @@ placements.
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from datetime import datetime
 from typing import Any
@@ -88,16 +89,23 @@ class Snapshot:
         self.session_modes: dict[str, str] = {}
 
 
-def load_snapshot(group: ResourceGroup) -> Snapshot:
+def load_snapshot(group: ResourceGroup, *, edited: VCluster | SessionType | None = None) -> Snapshot:
+    """``edited``: an unsaved change to one of the group's vClusters or session types, read in place
+    of its row (under its stored name), for a preview of what the change would do."""
     from nodes.models import Node
 
     nodes = list(Node.objects.filter(resource_group=group).values(
         "id", "name", "gpu", "cpu", "memory", "labels", "vcluster__name", "borrowed_by__name", "state"))
-    vclusters = [em.VCluster(name=v["name"], type=v["type"], allow_lending=v["allow_lending"],
-                             allow_borrowing=v["allow_borrowing"], max_borrow_pct=v["max_borrow_pct"])
-                 for v in VCluster.objects.filter(resource_group=group).values(
-                     "name", "type", "allow_lending", "allow_borrowing", "max_borrow_pct")]
+    vc_rows = list(VCluster.objects.filter(resource_group=group))
     rows = list(SessionType.objects.filter(resource_group=group))
+    if edited is not None:
+        stored = vc_rows if isinstance(edited, VCluster) else rows
+        for i, row in enumerate(stored):
+            if row.pk == edited.pk:
+                stored[i] = copy.copy(edited)
+                stored[i].name = row.name
+    vclusters = [em.VCluster(name=v.name, type=v.type, allow_lending=v.allow_lending,
+                             allow_borrowing=v.allow_borrowing, max_borrow_pct=v.max_borrow_pct) for v in vc_rows]
     session_types = [session_type_of(st) for st in rows]
     tenants = [em.Tenant(name=t["name"], fair_share=t["quota__fair_share"] or 0.0,
                          burst_allowance=t["quota__burst_allowance"],

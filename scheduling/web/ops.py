@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -9,7 +10,8 @@ from typing import Any
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -20,11 +22,20 @@ from scheduling.actions.overrides import (
     group_pause,
     group_policy_edit,
 )
+from scheduling.actions.policies import policy_change_record, snapshot
 from scheduling.api.permissions import is_operator
 from scheduling.errors import DomainError
 from scheduling.forms import PolicyForm
-from scheduling.models import Allocation, Placement, PolicyChange, PreemptionDecision, ResourceGroup
-from scheduling.preview import policy_preview
+from scheduling.models import (
+    Allocation,
+    Placement,
+    PolicyChange,
+    PreemptionDecision,
+    ResourceGroup,
+    SessionType,
+    VCluster,
+)
+from scheduling.preview import config_preview, policy_preview
 from scheduling.scheduler import pending_queue
 from scheduling.snapshot import policy_of
 
@@ -85,6 +96,52 @@ def policy_editor(request: HttpRequest, name: str) -> HttpResponse:
     else:
         form = PolicyForm(policy=group.policy)
     return render(request, "ops/policy.html", {"group": group, "form": form, "preview": preview})
+
+
+class VClusterForm(forms.ModelForm):
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
+                             help_text="Why this change (needed to save); kept in the audit log.")
+
+    class Meta:
+        model = VCluster
+        fields = ["type", "allow_lending", "allow_borrowing", "max_borrow_pct", "weights"]
+
+
+class SessionTypeForm(forms.ModelForm):
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
+                             help_text="Why this change (needed to save); kept in the audit log.")
+
+    class Meta:
+        model = SessionType
+        fields = ["priority", "preemptive", "preemptable", "preempts", "rank", "scope", "criteria",
+                  "default_class", "mode"]
+
+
+CONFIG_FORMS: dict[str, tuple[type[VCluster] | type[SessionType], type[forms.ModelForm]]] = {
+    "vclusters": (VCluster, VClusterForm), "session-types": (SessionType, SessionTypeForm)}
+
+
+@operator_required
+def config_editor(request: HttpRequest, name: str, kind: str, pk: int) -> HttpResponse:
+    """A vCluster's or session type's settings: previewed on the current state, saved with a reason."""
+    group = get_object_or_404(ResourceGroup, name=name)
+    if kind not in CONFIG_FORMS:
+        raise Http404(kind)
+    model, form_class = CONFIG_FORMS[kind]
+    stored = get_object_or_404(model, pk=pk, resource_group=group)
+    preview = None
+    form = form_class(request.POST or None, instance=copy.copy(stored))
+    if request.method == "POST" and form.is_valid():
+        if request.POST.get("action") == "save" and not form.cleaned_data["reason"].strip():
+            form.add_error("reason", "A reason is needed to save.")
+        elif request.POST.get("action") == "save":
+            with transaction.atomic():
+                saved = form.save()
+                policy_change_record(actor=request.user, action="edit", target=saved, before=snapshot(stored),
+                                     after=snapshot(saved), reason=form.cleaned_data["reason"])
+            return redirect("ops-audit")
+        preview = config_preview(group, form.instance)
+    return render(request, "ops/config.html", {"group": group, "target": stored, "form": form, "preview": preview})
 
 
 class OverrideForm(forms.Form):

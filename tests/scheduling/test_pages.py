@@ -112,3 +112,68 @@ def test_submit_form_what_if_stores_nothing_then_submit_stores(client, tenant_ph
     assert not Allocation.objects.exists()
     done = client.post("/jobs/new/", {**form, "action": "submit"})
     assert done.status_code == 302 and Allocation.objects.get().command == ["sleep", "5"]
+
+
+def _vcluster_form(**over):
+    return {"type": "hpc_batch", "allow_lending": "on", "allow_borrowing": "on", "max_borrow_pct": "1.0",
+            "weights": "{}", "reason": "", **over}
+
+
+def test_vcluster_editor_previews_on_the_current_state_and_saves_with_a_reason(
+        client, operator, resource_group, vcluster_hpc, node_gpu_a, make_allocation, tenant_physics,
+        django_user_model):
+    from nodes.models import Node
+    from scheduling.models import Allocation, VCluster
+
+    ml = VCluster.objects.create(resource_group=resource_group, name="ml", allow_lending=True, max_borrow_pct=1.0)
+    Node.objects.create(name="ml-a", resource_group=resource_group, vcluster=ml, gpu=8, cpu=64, memory=512,
+                        state="ready")
+    make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
+                    vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)  # fills gpu-a
+    waiting = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
+                              vcluster=vcluster_hpc)  # would borrow ml-a now
+    url = f"/ops/groups/{resource_group.name}/vclusters/{ml.pk}/"
+
+    client.force_login(django_user_model.objects.get(username="alice"))
+    assert client.get(url).status_code == 403
+    client.force_login(operator)
+    page = client.get(f"/ops/groups/{resource_group.name}/")
+    assert url.encode() in page.content
+
+    preview = client.post(url, _vcluster_form(allow_lending="", action="preview"))
+    assert preview.status_code == 200
+    [row] = preview.context["preview"]["pending"]
+    assert (row["id"], row["now"]) == (waiting.pk, "fits FITS") and row["after"] != "fits FITS"
+    assert VCluster.objects.get(pk=ml.pk).allow_lending is True and not PolicyChange.objects.exists()
+    assert Allocation.objects.get(pk=waiting.pk).state == "pending"
+
+    bad = client.post(url, _vcluster_form(max_borrow_pct="2", reason="more", action="save"))
+    assert bad.status_code == 200 and "max_borrow_pct" in bad.context["form"].errors
+    unexplained = client.post(url, _vcluster_form(allow_lending="", action="save"))
+    assert "reason" in unexplained.context["form"].errors
+    assert VCluster.objects.get(pk=ml.pk).max_borrow_pct == 1.0 and not PolicyChange.objects.exists()
+
+    saved = client.post(url, _vcluster_form(allow_lending="", reason="ml needs its nodes", action="save"))
+    assert saved.status_code == 302
+    assert VCluster.objects.get(pk=ml.pk).allow_lending is False
+    change = PolicyChange.objects.get()
+    assert (change.before["allow_lending"], change.after["allow_lending"], change.reason) == (
+        True, False, "ml needs its nodes")
+
+
+def test_session_type_editor_saves_with_a_reason_and_stays_in_its_group(client, operator, resource_group):
+    from scheduling.models import SessionType
+
+    batch = SessionType.objects.create(resource_group=resource_group, name="batch")
+    other = ResourceGroup.objects.create(name="rg-other", policy={"kind": "class_cost"})
+    client.force_login(operator)
+    assert client.get(f"/ops/groups/{other.name}/session-types/{batch.pk}/").status_code == 404
+    assert client.get(f"/ops/groups/{resource_group.name}/nodes/{batch.pk}/").status_code == 404
+    form = {"priority": "5", "rank": "20", "scope": "lower_or_equal", "criteria": "most_over_allocated",
+            "default_class": "0", "mode": "terminate", "preempts": "[]", "reason": "scratch work",
+            "action": "save"}
+    assert client.post(f"/ops/groups/{resource_group.name}/session-types/{batch.pk}/", form).status_code == 302
+    batch.refresh_from_db()
+    assert (batch.mode, batch.rank) == ("terminate", 20)
+    assert PolicyChange.objects.get().target_type == "scheduling.sessiontype"
