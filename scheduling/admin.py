@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
-from scheduling.actions.policies import policy_change_record, snapshot
+from scheduling.actions.policies import config_save, policy_change_record, snapshot
 from scheduling.forms import PolicyFieldsMixin
 from scheduling.models import (
     Allocation,
@@ -44,11 +44,11 @@ class AuditedAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         before = snapshot(type(obj).objects.filter(pk=obj.pk).first()) if change and obj.pk else None
-        super().save_model(request, obj, form, change)
-        policy_change_record(
-            actor=request.user, action="edit" if change else "create", target=obj,
-            before=before, after=snapshot(obj), reason=form.cleaned_data.get("change_reason", ""),
-        )
+        def save() -> Any:
+            super(AuditedAdmin, self).save_model(request, obj, form, change)
+            return obj
+
+        config_save(actor=request.user, reason=form.cleaned_data.get("change_reason", ""), before=before, save=save)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         policy_change_record(actor=request.user, action="delete", target=obj, before=snapshot(obj),

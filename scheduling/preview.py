@@ -11,7 +11,7 @@ from scheduling.engine.model import Policy
 from scheduling.engine.parse import parse_policy
 from scheduling.models import ResourceGroup, SessionType, VCluster
 from scheduling.scheduler import pending_queue
-from scheduling.snapshot import engine_allocation, load_snapshot
+from scheduling.snapshot import engine_allocation, load_snapshot, load_with_edit
 
 PENDING_SHOWN = 50
 
@@ -26,8 +26,8 @@ def policy_preview(group: ResourceGroup, policy: dict[str, Any]) -> dict[str, An
 
 def config_preview(group: ResourceGroup, edited: VCluster | SessionType) -> dict[str, Any]:
     """The same, for an unsaved change to one of the group's vClusters or session types."""
-    snap = load_snapshot(group)
-    return _compare(group, snap.cluster, snap.policy, load_snapshot(group, edited=edited).cluster, snap.policy)
+    stored, changed = load_with_edit(group, edited)
+    return _compare(group, stored.cluster, stored.policy, changed.cluster, stored.policy)
 
 
 def _compare(group: ResourceGroup, old_cluster: Cluster, old: Policy, new_cluster: Cluster,

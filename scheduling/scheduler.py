@@ -26,6 +26,7 @@ from scheduling import snapshot_cache
 from scheduling.actions.preemption import (
     allocation_place,
     allocations_hold,
+    effective_mode,
     preempt_for,
     victim_action,
 )
@@ -364,10 +365,11 @@ def _victim_row(snap: Snapshot, victim: object) -> dict:
     slot = snap.cluster.slot_of.get(row["id"])
     alloc = snap.cluster.objs[slot] if slot is not None else None
     row["vcluster"] = alloc.vcluster if alloc is not None else None
-    override = snap.session_modes.get(alloc.session_type or "") if alloc is not None else None
-    if alloc is not None and override and override != snap.policy.mode:
-        row["mode"] = override
-        row["action"] = victim_action(override, alloc.checkpoint)
+    if alloc is not None:
+        mode = effective_mode(snap.policy.mode, snap.session_modes.get(alloc.session_type or ""))
+        if mode != snap.policy.mode:
+            row["mode"] = mode
+            row["action"] = victim_action(mode, alloc.checkpoint)
     return row
 
 

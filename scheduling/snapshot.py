@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -89,35 +90,57 @@ class Snapshot:
         self.session_modes: dict[str, str] = {}
 
 
-def load_snapshot(group: ResourceGroup, *, edited: VCluster | SessionType | None = None) -> Snapshot:
-    """``edited``: an unsaved change to one of the group's vClusters or session types, read in place
-    of its row (under its stored name), for a preview of what the change would do."""
+def load_snapshot(group: ResourceGroup) -> Snapshot:
+    return _build(group, _read(group))
+
+
+def load_with_edit(group: ResourceGroup, edited: VCluster | SessionType) -> tuple[Snapshot, Snapshot]:
+    """The group's snapshot as stored and as it would be with ``edited`` (an unsaved change to one
+    of its vClusters or session types, read under its stored name), from one read of the rows."""
+    rows = _read(group)
+    return _build(group, rows), _build(group, rows, edited)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    nodes: list[dict[str, Any]]
+    vclusters: list[VCluster]
+    session_types: list[SessionType]
+    tenants: list[em.Tenant]
+    holding: list[em.Allocation]
+
+
+def _read(group: ResourceGroup) -> _Rows:
     from nodes.models import Node
 
     nodes = list(Node.objects.filter(resource_group=group).values(
         "id", "name", "gpu", "cpu", "memory", "labels", "vcluster__name", "borrowed_by__name", "state"))
-    vc_rows = list(VCluster.objects.filter(resource_group=group))
-    rows = list(SessionType.objects.filter(resource_group=group))
+    tenants = [em.Tenant(name=t["name"], fair_share=t["quota__fair_share"] or 0.0,
+                         burst_allowance=t["quota__burst_allowance"],
+                         below_fair_share_since=ts(t["below_fair_share_since"]))
+               for t in Tenant.objects.values("name", "quota__fair_share", "quota__burst_allowance",
+                                              "below_fair_share_since")]
+    return _Rows(nodes, list(VCluster.objects.filter(resource_group=group)),
+                 list(SessionType.objects.filter(resource_group=group)), tenants, list(holding(group).values()))
+
+
+def _build(group: ResourceGroup, rows: _Rows, edited: VCluster | SessionType | None = None) -> Snapshot:
+    vc_rows, st_rows = list(rows.vclusters), list(rows.session_types)
     if edited is not None:
-        stored = vc_rows if isinstance(edited, VCluster) else rows
+        stored: list[Any] = vc_rows if isinstance(edited, VCluster) else st_rows
         for i, row in enumerate(stored):
             if row.pk == edited.pk:
                 stored[i] = copy.copy(edited)
                 stored[i].name = row.name
     vclusters = [em.VCluster(name=v.name, type=v.type, allow_lending=v.allow_lending,
                              allow_borrowing=v.allow_borrowing, max_borrow_pct=v.max_borrow_pct) for v in vc_rows]
-    session_types = [session_type_of(st) for st in rows]
-    tenants = [em.Tenant(name=t["name"], fair_share=t["quota__fair_share"] or 0.0,
-                         burst_allowance=t["quota__burst_allowance"],
-                         below_fair_share_since=ts(t["below_fair_share_since"]))
-               for t in Tenant.objects.values("name", "quota__fair_share", "quota__burst_allowance",
-                                              "below_fair_share_since")]
     engine_nodes = [em.Node(name=n["name"], capacity=_resources(n), labels=n["labels"] or {},
                             vcluster=n["vcluster__name"], borrowed_by=n["borrowed_by__name"], state=n["state"])
-                    for n in nodes]
-    cluster = Cluster(engine_nodes, list(holding(group).values()), tenants, vclusters, session_types)
-    snap = Snapshot(group, cluster, {n["name"]: n["id"] for n in nodes})
-    snap.session_modes = {st.name: st.mode for st in rows if st.mode}
+                    for n in rows.nodes]
+    cluster = Cluster(engine_nodes, rows.holding, rows.tenants, vclusters,
+                      [session_type_of(st) for st in st_rows])
+    snap = Snapshot(group, cluster, {n["name"]: n["id"] for n in rows.nodes})
+    snap.session_modes = {st.name: st.mode for st in st_rows if st.mode}
     return snap
 
 

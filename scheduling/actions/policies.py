@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import models
+from django.db import models, transaction
 from django.forms.models import model_to_dict
 
 from scheduling.models import PolicyChange
@@ -40,3 +41,14 @@ def policy_change_record(
         after=after,
         reason=reason,
     )
+
+
+def config_save(*, actor: AbstractBaseUser | None, reason: str, before: dict[str, Any] | None,
+                save: Callable[[], models.Model]) -> models.Model:
+    """Save a configuration row (``save``) and write its audit entry in the same transaction:
+    "create" when there was no row ``before`` (a snapshot() of it), else "edit"."""
+    with transaction.atomic():
+        obj = save()
+        policy_change_record(actor=actor, action="edit" if before is not None else "create", target=obj,
+                             before=before, after=snapshot(obj), reason=reason)
+    return obj

@@ -240,9 +240,9 @@ def _maybe_released(decision_id: int) -> None:
             decision.save(update_fields=["released_at"])
 
 
-def effective_mode(group_policy: dict[str, Any] | None, session_mode: str | None) -> str:
+def effective_mode(policy_mode: str | None, session_mode: str | None) -> str:
     """What happens to a victim: its session type's mode when set, else its group's policy mode."""
-    return session_mode or (group_policy or {}).get("mode") or "suspend"
+    return session_mode or policy_mode or "suspend"
 
 
 def victim_action(mode: str, checkpoint: str) -> str:
@@ -251,7 +251,8 @@ def victim_action(mode: str, checkpoint: str) -> str:
 
 
 def mode_of(alloc: Allocation) -> str:
-    return effective_mode(alloc.resource_group.policy, alloc.session_type.mode if alloc.session_type_id else "")
+    return effective_mode((alloc.resource_group.policy or {}).get("mode"),
+                          alloc.session_type.mode if alloc.session_type_id else "")
 
 
 def _requeue(alloc: Allocation, *, reason: str, resume: bool, now: datetime, **extra: Any) -> None:

@@ -13,7 +13,7 @@ import copy
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import models, transaction
+from django.db import models
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -26,7 +26,7 @@ from scheduling.actions.overrides import (
     group_pause,
     group_policy_edit,
 )
-from scheduling.actions.policies import policy_change_record, snapshot
+from scheduling.actions.policies import config_save, snapshot
 from scheduling.api.pagination import OldestFirst
 from scheduling.api.permissions import IsOperator
 from scheduling.api.serializers import ReasonInput
@@ -70,19 +70,11 @@ class AuditedViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
     http_method_names = ["get", "post", "patch", "head", "options"]
 
     def perform_create(self, serializer: serializers.BaseSerializer) -> None:
-        reason = _reason(self.request)
-        with transaction.atomic():
-            obj = serializer.save()
-            policy_change_record(actor=self.request.user, action="create", target=obj, before=None,
-                                 after=snapshot(obj), reason=reason)
+        config_save(actor=self.request.user, reason=_reason(self.request), before=None, save=serializer.save)
 
     def perform_update(self, serializer: serializers.BaseSerializer) -> None:
-        reason = _reason(self.request)
-        with transaction.atomic():
-            before = snapshot(serializer.instance)
-            obj = serializer.save()
-            policy_change_record(actor=self.request.user, action="edit", target=obj, before=before,
-                                 after=snapshot(obj), reason=reason)
+        config_save(actor=self.request.user, reason=_reason(self.request), before=snapshot(serializer.instance),
+                    save=serializer.save)
 
 
 class VClusterOutput(Checked):

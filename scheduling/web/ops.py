@@ -10,7 +10,6 @@ from typing import Any
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -22,7 +21,7 @@ from scheduling.actions.overrides import (
     group_pause,
     group_policy_edit,
 )
-from scheduling.actions.policies import policy_change_record, snapshot
+from scheduling.actions.policies import config_save, snapshot
 from scheduling.api.permissions import is_operator
 from scheduling.errors import DomainError
 from scheduling.forms import PolicyForm
@@ -98,26 +97,27 @@ def policy_editor(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "ops/policy.html", {"group": group, "form": form, "preview": preview})
 
 
-class VClusterForm(forms.ModelForm):
+class ReasonedForm(forms.ModelForm):
+    """A configuration row's form with the reason its save needs (a preview needs none)."""
+
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
                              help_text="Why this change (needed to save); kept in the audit log.")
 
+
+class VClusterForm(ReasonedForm):
     class Meta:
         model = VCluster
         fields = ["type", "allow_lending", "allow_borrowing", "max_borrow_pct", "weights"]
 
 
-class SessionTypeForm(forms.ModelForm):
-    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
-                             help_text="Why this change (needed to save); kept in the audit log.")
-
+class SessionTypeForm(ReasonedForm):
     class Meta:
         model = SessionType
         fields = ["priority", "preemptive", "preemptable", "preempts", "rank", "scope", "criteria",
                   "default_class", "mode"]
 
 
-CONFIG_FORMS: dict[str, tuple[type[VCluster] | type[SessionType], type[forms.ModelForm]]] = {
+CONFIG_FORMS: dict[str, tuple[type[VCluster] | type[SessionType], type[ReasonedForm]]] = {
     "vclusters": (VCluster, VClusterForm), "session-types": (SessionType, SessionTypeForm)}
 
 
@@ -135,10 +135,8 @@ def config_editor(request: HttpRequest, name: str, kind: str, pk: int) -> HttpRe
         if request.POST.get("action") == "save" and not form.cleaned_data["reason"].strip():
             form.add_error("reason", "A reason is needed to save.")
         elif request.POST.get("action") == "save":
-            with transaction.atomic():
-                saved = form.save()
-                policy_change_record(actor=request.user, action="edit", target=saved, before=snapshot(stored),
-                                     after=snapshot(saved), reason=form.cleaned_data["reason"])
+            config_save(actor=request.user, reason=form.cleaned_data["reason"], before=snapshot(stored),
+                        save=form.save)
             return redirect("ops-audit")
         preview = config_preview(group, form.instance)
     return render(request, "ops/config.html", {"group": group, "target": stored, "form": form, "preview": preview})
