@@ -141,7 +141,7 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
         reserved = set(holds)  # preemptors whose nodes others must not take during this pass
         # Reservations made during the pass, put into the snapshot only when a decision touches
         # their nodes: adding one invalidates what the engine keeps between decisions of a pass.
-        pending: dict[int, list[str]] = {}
+        pending = PassReservations()
         quotas = snap.quotas
         assert quotas is not None, "snapshot_cache.take always gives a pass its quota book"
         codes = last_codes([row["id"] for row in queue[:budget]])
@@ -159,9 +159,9 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
             req = engine_allocation(row, held=tuple(mine))
             started = time.perf_counter()
             decision = decide(snap.cluster, snap.policy, req, as_of.timestamp())
-            if pending and _touches(decision, pending):
-                _reserve_holds(snap, pending)
-                reserved.update(pending)
+            if pending.touched_by(decision):
+                _reserve_holds(snap, pending.nodes_of)
+                reserved.update(pending.nodes_of)
                 pending.clear()
                 decision = decide(snap.cluster, snap.policy, req, as_of.timestamp())
             latency = (time.perf_counter() - started) * 1000
@@ -186,9 +186,9 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
             # Still waiting for its victims, or newly preempting: what is free on its nodes is
             # its own for the rest of the pass, as the held rows make it for the next passes.
             if decision.outcome == "wait" and mine:
-                pending[row["id"]] = mine
+                pending.add(row["id"], mine)
             elif decision.outcome == "preempt" and not snap.group.shadow:
-                pending[row["id"]] = list(decision.nodes)
+                pending.add(row["id"], list(decision.nodes))
         _flush_fits(snap, batch, now or timezone.now(), result)
         _flush_preempts(snap, staged, result)
         for alloc_id in reserved:  # reservations belong to this pass only
@@ -265,12 +265,28 @@ def _reserve_holds(snap: Snapshot, holds: dict[int, list[str]]) -> None:
                                       preemptible=False))
 
 
-def _touches(decision: Decision, pending: dict[int, list[str]]) -> bool:
-    """Whether ``decision`` uses a node reserved during the pass (so it must be decided again
-    with the reservations in place; one that does not use them stands as it is, since taking
-    capacity away elsewhere cannot make its choice worse)."""
-    used = set(decision.nodes) | set(decision.borrowed)
-    return any(used.intersection(names) for names in pending.values())
+class PassReservations:
+    """Nodes reserved during a pass for preemptors, not yet put into the snapshot; with the set of
+    all their nodes, so checking a decision against them costs its own nodes, not every reservation."""
+
+    def __init__(self) -> None:
+        self.nodes_of: dict[int, list[str]] = {}
+        self._nodes: set[str] = set()
+
+    def add(self, alloc_id: int, names: list[str]) -> None:
+        self.nodes_of[alloc_id] = names
+        self._nodes.update(names)
+
+    def clear(self) -> None:
+        self.nodes_of.clear()
+        self._nodes.clear()
+
+    def touched_by(self, decision: Decision) -> bool:
+        """Whether ``decision`` uses a reserved node (so it must be decided again with the
+        reservations in place; one that does not use them stands as it is, since taking capacity
+        away elsewhere cannot make its choice worse)."""
+        nodes = self._nodes
+        return bool(nodes) and not (nodes.isdisjoint(decision.nodes) and nodes.isdisjoint(decision.borrowed))
 
 
 def _release_reservation(snap: Snapshot, alloc_id: int) -> None:
@@ -279,7 +295,7 @@ def _release_reservation(snap: Snapshot, alloc_id: int) -> None:
 
 def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, moment: datetime,
            as_of: datetime, latency: float, result: PassResult, codes: dict[int, str],
-           staged: list[Staged], reserved: set[int], pending: dict[int, list[str]]) -> None:
+           staged: list[Staged], reserved: set[int], pending: PassReservations) -> None:
     """Fits and waits are written now; a preemption is staged and written with others (see
     _flush_preempts). The records say when the engine judged (``as_of``)."""
     group = snap.group
