@@ -1,8 +1,11 @@
 """class_cost, single-node requests: a lower bound on the cost of freeing each node.
 
-For each node, the fewest pool victims that could make the request fit there
-(taking the largest amounts first), and the sum of that many cheapest costs.
-A node whose bound exceeds the best set found so far is never searched.
+These bounds serve the search for sets of two victims or more (single victims
+are judged apart, each on its own). For each node, the fewest pool victims that
+could make the request fit there (taking the largest amounts first), at least
+two, and the sum of that many cheapest costs. A node where one large victim
+would do can still have a cheaper pair of small ones, so it is bounded as any
+other. A node whose bound exceeds the best set found so far is never searched.
 
 Within one snapshot version the bounds change only where the pool changes
 (victims chosen by earlier decisions of a pass stop being candidates), so the
@@ -92,6 +95,8 @@ def _compute(view: RequestView, mask: BArr, cost: FArr, cost_key: tuple[float, f
         fewest = np.maximum(fewest, np.where(reached, short + 1, _NONE))
     if view.exclusive:
         fewest = np.maximum(fewest, cluster.count)
+    some = fewest >= 1  # zero where the node needs no victim at all
+    fewest = np.maximum(fewest, 2)
     e = _pick(cost_order(cluster, cost, cost_key), mask, nodes)
     node_of = cluster.e_node[e]
     pos = _positions(node_of)
@@ -100,14 +105,14 @@ def _compute(view: RequestView, mask: BArr, cost: FArr, cost_key: tuple[float, f
     # other nodes are computed alongside.
     sums = np.bincount(node_of, weights=np.where(take, cost[cluster.e_alloc[e]], 0.0), minlength=n).astype(np.float64)
     count = np.bincount(node_of, minlength=n)
-    lower: FArr = np.where((fewest >= 1) & (count >= fewest), sums, np.inf)
+    lower: FArr = np.where(some & (count >= fewest), sums, np.inf)
     return lower, fewest
 
 
 def lower_bounds(view: RequestView, ents: IArr, potential: BArr, cost: FArr,
                  cost_key: tuple[float, float]) -> tuple[FArr, IArr]:
-    """Per node: the fewest victims that could make it fit, and the sum of that many cheapest costs
-    (infinite where the node cannot be made to fit)."""
+    """Per node, for sets of two victims or more: the fewest victims that could make it fit (at
+    least two), and the sum of that many cheapest costs (infinite where no such set can)."""
     cluster = view.cluster
     mask = np.zeros(len(cluster.e_alloc), dtype=bool)
     mask[ents] = True

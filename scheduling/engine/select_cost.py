@@ -66,11 +66,12 @@ def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr
         best.victims, best.cost = [pick], float(cost[pick])
     if bound is not None and bound < 2:
         return best
-    # A node needing m victims costs at least its m cheapest candidates (m: fewest that could
-    # free enough, taking the largest first). Exact when few are eligible; above EXACT_LIMIT the
-    # contract allows a heuristic: search only the most promising nodes.
+    # Sets of two or more: a node needing m victims costs at least its m cheapest candidates (m:
+    # fewest that could free enough, taking the largest first, and at least two: where one large
+    # victim would do, two small ones may cost less). Exact when few are eligible; above
+    # EXACT_LIMIT the contract allows a heuristic: search only the most promising nodes.
     lower, fewest = lower_bounds(view, ents, potential, cost, cost_key)
-    reach = np.isfinite(lower) & (fewest >= 2)
+    reach = np.isfinite(lower)
     if best.victims is not None:  # the walk below stops at the first node bounded above the best
         reach &= lower <= best.cost + COST_EPS
     candidates = np.flatnonzero(reach)

@@ -59,6 +59,17 @@ def test_class_cost_prefers_cheapest_set_then_fewer_victims():
     assert (victims(out), out["nodes"]) == (["big"], ["n1"])
 
 
+def test_class_cost_two_small_victims_beat_one_large_on_the_same_node():
+    # One node, full: "big" alone frees the 4 GPUs asked for at cost 12; the two small ones free
+    # them together at 5 + 5 = 10, which is the cheapest feasible set (found by hypothesis).
+    running = [run("big", "n1", gpu=4, preemption_class=1, checkpoint="auto", checkpoint_minutes=12),
+               run("s1", "n1", gpu=2, preemption_class=1, checkpoint="auto"),
+               run("s2", "n1", gpu=2, preemption_class=1, checkpoint="auto")]
+    out = decide(doc({"kind": "class_cost"}, [node("n1")], running, {"preemption_class": 5, "per_node": {"gpu": 4}}))
+    assert (victims(out), out["nodes"]) == (["s1", "s2"], ["n1"])
+    assert sum(v["cost"] for v in out["victims"]) == pytest.approx(10.0)
+
+
 def test_class_cost_exceeds_max_victims_when_only_large_sets_fit():
     running = [run(f"a{i}", {"n1": 2}, preemption_class=1, checkpoint="auto") for i in range(4)]
     out = decide(doc({"kind": "class_cost"}, [node("n1")], running, {"preemption_class": 5}))
