@@ -31,6 +31,7 @@ from scheduling.actions.preemption import (
     victim_action,
 )
 from scheduling.actions.starts import allocations_start
+from scheduling.bulk import insert_rows
 from scheduling.dispatch import events_on_commit
 from scheduling.engine import Decision, decide
 from scheduling.engine import model as em
@@ -438,19 +439,28 @@ def build_record(group: ResourceGroup, alloc_id: int, decision: Decision, snap: 
         outcome=outcome, latency_ms=latency)
 
 
+RECORD_COLUMNS = [f.attname for f in PreemptionDecision._meta.concrete_fields if not f.primary_key]
+
+
 def save_records(entries: list[tuple[PreemptionDecision, int, list[int]]]) -> list[PreemptionDecision]:
     """Insert records with their victims and audience, a few statements for any number of them.
-    ``entries`` holds (unsaved record, preemptor's tenant id, victim ids)."""
-    records = PreemptionDecision.objects.bulk_create([record for record, _, _ in entries])
-    through = PreemptionDecision.victim_allocations.through
+    ``entries`` holds (unsaved record, preemptor's tenant id, victim ids); the records get their
+    ids and creation time."""
+    records = [record for record, _, _ in entries]
+    now = timezone.now()
+    for record in records:
+        record.created_at = now
+    ids = insert_rows(PreemptionDecision, RECORD_COLUMNS, [[getattr(r, c) for c in RECORD_COLUMNS] for r in records],
+                      returning=True)
+    for record, pk in zip(records, ids, strict=True):
+        record.pk = pk
+        record._state.adding, record._state.db = False, connection.alias
     victim_ids = sorted({v for _, _, victims in entries for v in victims})
     tenant_of = dict(Allocation.objects.filter(pk__in=victim_ids).values_list("id", "tenant_id")) if victim_ids else {}
-    through.objects.bulk_create([through(preemptiondecision_id=record.pk, allocation_id=v)
-                                 for record, (_, _, victims) in zip(records, entries, strict=True)
-                                 for v in victims])
-    DecisionAudience.objects.bulk_create([
-        DecisionAudience(tenant_id=t, decision=record)
-        for record, (_, tenant_id, victims) in zip(records, entries, strict=True)
+    insert_rows(PreemptionDecision.victim_allocations.through, ["preemptiondecision_id", "allocation_id"],
+                [(pk, v) for pk, (_, _, victims) in zip(ids, entries, strict=True) for v in victims])
+    insert_rows(DecisionAudience, ["tenant_id", "decision_id"], [
+        (t, pk) for pk, (_, tenant_id, victims) in zip(ids, entries, strict=True)
         for t in sorted({tenant_id} | {tenant_of[v] for v in victims if v in tenant_of})])
     return records
 

@@ -7,9 +7,10 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import Case, Value, When
+from django.db.models import Case, JSONField, Value, When
 from django.utils import timezone
 
+from scheduling.bulk import array_type, column, execute, insert_rows
 from scheduling.errors import InvalidTransition
 from scheduling.models import Allocation, AllocationEvent, PreemptionDecision
 from scheduling.states import allowed
@@ -109,29 +110,29 @@ def allocations_transition(
 
 def _events(ids: set[int], from_state: str, to: str, reason: str, decision: PreemptionDecision | None,
             decision_of: dict[int, PreemptionDecision | None] | None) -> None:
-    AllocationEvent.objects.bulk_create([
-        AllocationEvent(allocation_id=pk, from_state=from_state, to_state=to, reason=reason[:255],
-                        decision=(decision_of or {}).get(pk, decision)) for pk in sorted(ids)])
+    of = decision_of or {}
+    insert_rows(AllocationEvent, ["allocation_id", "from_state", "to_state", "reason", "decision_id"],
+                [(pk, from_state, to, reason[:255], getattr(of.get(pk, decision), "pk", None)) for pk in sorted(ids)])
 
 
 def _update_each(ids: list[int], from_state: str, changes: dict[str, Any], each: dict[int, dict[str, Any]]) -> int:
-    """One ``UPDATE ... FROM (VALUES ...)`` (PostgreSQL) for values that differ per row: Django
-    would build a CASE per column with a branch per row, which costs more to compile than to run."""
+    """One ``UPDATE ... FROM unnest(...)`` (PostgreSQL) for values that differ per row: Django
+    would build a CASE per column with a branch per row, which costs more to compile than to run;
+    as arrays, the statement's text is the same for any number of rows."""
     table = Allocation._meta.db_table
     keys = list(next(iter(each.values())))
     per_row = [Allocation._meta.get_field(k) for k in keys]
     common = [(Allocation._meta.get_field(k), v) for k, v in changes.items() if k not in each[ids[0]]]
-    sets = [f"{connection.ops.quote_name(f.column)} = %s" for f, _ in common]
-    sets += [f"{connection.ops.quote_name(f.column)} = v.c{i}" for i, f in enumerate(per_row)]
-    row_sql = "(" + ", ".join(["%s::bigint"] + [f"%s::{f.db_type(connection)}" for f in per_row]) + ")"
-    params: list[Any] = [f.get_db_prep_save(v, connection) for f, v in common]
-    for pk in ids:
-        params.append(pk)
-        params += [f.get_db_prep_save(getattr(each[pk][k], "pk", each[pk][k]), connection)
-                   for f, k in zip(per_row, keys, strict=True)]
+    quote = connection.ops.quote_name
+    sets = [f"{quote(f.column)} = %b" + ("::jsonb" if isinstance(f, JSONField) else "") for f, _ in common]
+    sets += [f"{quote(f.column)} = v.c{i}" + ("::jsonb" if isinstance(f, JSONField) else "")
+             for i, f in enumerate(per_row)]
+    arrays = ", ".join(["%b::bigint[]"] + [f"%b::{array_type(f)}[]" for f in per_row])
+    params: list[Any] = [column(f, [v])[0] for f, v in common]
+    params.append(ids)
+    params += [column(f, [getattr(each[pk][k], "pk", each[pk][k]) for pk in ids])
+               for f, k in zip(per_row, keys, strict=True)]
     params.append(from_state)
     columns = ", ".join(["id"] + [f"c{i}" for i in range(len(per_row))])
-    with connection.cursor() as cur:
-        cur.execute(f"UPDATE {table} AS a SET {', '.join(sets)} FROM (VALUES {', '.join([row_sql] * len(ids))}) "
-                    f"AS v({columns}) WHERE a.id = v.id AND a.state = %s", params)
-        return int(cur.rowcount)
+    return len(execute(f"UPDATE {table} AS a SET {', '.join(sets)} FROM unnest({arrays}) AS v({columns}) "
+                       "WHERE a.id = v.id AND a.state = %b RETURNING a.id", params))

@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling.actions.allocations import allocation_transition, allocations_transition
+from scheduling.bulk import insert_rows
 from scheduling.dispatch import (
     agent_command_on_commit,
     event_on_commit,
@@ -179,9 +180,9 @@ def allocations_hold(holds: dict[int, list[int]]) -> None:
             Placement.objects.filter(pk__in=sorted(stale)).delete()
             give_back_borrowed(list(stale.values()))
         kept = {(alloc_id, node_id) for pid, alloc_id, node_id, _ in existing if pid not in stale}
-        Placement.objects.bulk_create([Placement(allocation_id=alloc_id, node_id=node_id, kind="held")
-                                       for alloc_id, node_ids in holds.items() for node_id in node_ids
-                                       if (alloc_id, node_id) not in kept])
+        insert_rows(Placement, ["allocation_id", "node_id", "kind"],
+                    [(alloc_id, node_id, "held") for alloc_id, node_ids in holds.items() for node_id in node_ids
+                     if (alloc_id, node_id) not in kept])
 
 
 def allocation_release(*, allocation: Allocation, command: str | None = None) -> None:
