@@ -148,6 +148,7 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
         codes = last_codes([row["id"] for row in queue[:budget]])
         batch: list[tuple[dict, em.Allocation, Decision]] = []
         staged: list[Staged] = []
+        waits: list[Record] = []
         # The engine judges the whole pass as of its start, the time of its snapshot: costs and
         # protections do not move between two requests of one pass, so what it derives from them
         # is computed once per pass instead of once per request. Writes carry their own times.
@@ -178,9 +179,11 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
             _flush_fits(snap, batch, moment, result)
             try:
                 _apply(snap, row, req, decision, moment, as_of, latency, result, codes, staged, reserved,
-                       pending)
+                       pending, waits)
                 if len(staged) >= PREEMPT_BATCH:
                     _flush_preempts(snap, staged, result)
+                if len(waits) >= PREEMPT_BATCH:
+                    _flush_waits(waits)
             except DomainError as exc:  # lost a race with a report or a cancel; the next pass retries
                 log.info("decision for %s not applied: %s", row["id"], exc)
                 snap.dirty = True
@@ -192,6 +195,7 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
                 pending.add(row["id"], list(decision.nodes))
         _flush_fits(snap, batch, now or timezone.now(), result)
         _flush_preempts(snap, staged, result)
+        _flush_waits(waits)
         for alloc_id in reserved:  # reservations belong to this pass only
             _release_reservation(snap, alloc_id)
         snapshot_cache.keep(snap)
@@ -296,9 +300,10 @@ def _release_reservation(snap: Snapshot, alloc_id: int) -> None:
 
 def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, moment: datetime,
            as_of: datetime, latency: float, result: PassResult, codes: dict[int, str],
-           staged: list[Staged], reserved: set[int], pending: PassReservations) -> None:
-    """Fits and waits are written now; a preemption is staged and written with others (see
-    _flush_preempts). The records say when the engine judged (``as_of``)."""
+           staged: list[Staged], reserved: set[int], pending: PassReservations, waits: list[Record]) -> None:
+    """Fits are written now; a preemption is staged and written with others (see
+    _flush_preempts), as is the record of a wait whose reason changed (see _flush_waits). The
+    records say when the engine judged (``as_of``)."""
     group = snap.group
     if decision.outcome == "fits":
         alloc = Allocation(pk=row["id"], tenant_id=row["tenant_id"], resource_group_id=group.pk)
@@ -321,7 +326,8 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
     if decision.outcome == "wait":
         if codes.get(row["id"]) != decision.code:
             codes[row["id"]] = decision.code
-            record_decision(group, row["id"], row["tenant_id"], decision, snap, as_of, latency, Execution.RECORDED)
+            waits.append((build_record(group, row["id"], decision, snap, as_of, latency, Execution.RECORDED),
+                          row["tenant_id"], [int(v.id) for v in decision.victims]))
         result.waiting += 1
         return
     shadow = group.shadow
@@ -333,6 +339,7 @@ def _apply(snap: Snapshot, row: dict, req: em.Allocation, decision: Decision, mo
 
 
 Staged = tuple[dict, Decision, PreemptionDecision]
+Record = tuple[PreemptionDecision, int, list[int]]  # an unsaved record, its preemptor's tenant, its victims
 
 
 def _flush_preempts(snap: Snapshot, staged: list[Staged], result: PassResult) -> None:
@@ -442,7 +449,7 @@ def build_record(group: ResourceGroup, alloc_id: int, decision: Decision, snap: 
 RECORD_COLUMNS = [f.attname for f in PreemptionDecision._meta.concrete_fields if not f.primary_key]
 
 
-def save_records(entries: list[tuple[PreemptionDecision, int, list[int]]]) -> list[PreemptionDecision]:
+def save_records(entries: list[Record]) -> list[PreemptionDecision]:
     """Insert records with their victims and audience, a few statements for any number of them.
     ``entries`` holds (unsaved record, preemptor's tenant id, victim ids); the records get their
     ids and creation time."""
@@ -465,7 +472,11 @@ def save_records(entries: list[tuple[PreemptionDecision, int, list[int]]]) -> li
     return records
 
 
-def record_decision(group: ResourceGroup, alloc_id: int, tenant_id: int, decision: Decision, snap: Snapshot,
-                    moment: datetime, latency: float, outcome: str) -> PreemptionDecision:
-    record = build_record(group, alloc_id, decision, snap, moment, latency, outcome)
-    return save_records([(record, tenant_id, [int(v.id) for v in decision.victims])])[0]
+def _flush_waits(waits: list[Record]) -> None:
+    """Write the staged records of waits together, in one transaction (a waiting request changes
+    nothing else)."""
+    if not waits:
+        return
+    with transaction.atomic():
+        save_records(waits)
+    waits.clear()
