@@ -6,7 +6,7 @@ the client, and psycopg quotes a text array element by element in Python (100 KB
 JSON documents: 16 ms). A scheduler pass writing its preemptions spent more on this
 than the database spent on the rows. Here each column goes as one array in binary
 (nothing escaped), the statement's text is the same for every batch (the driver
-prepares it once per connection), and rows are plain values. The statements run on
+converts it once), and rows are plain values. The statements run on
 the same connection and in the same transaction as the ORM's. Elsewhere (SQLite)
 the ORM does it.
 """
