@@ -42,10 +42,24 @@ def array_type(field: models.Field) -> str:
     return "text" if isinstance(field, models.JSONField) else str(field.db_type(connection))
 
 
+# Fields and the Python types of values the database takes as they are (None aside).
+_AS_IS: tuple[tuple[tuple[type[models.Field], ...], set[type]], ...] = (
+    ((models.CharField, models.TextField), {str}),
+    ((models.IntegerField, models.ForeignKey), {int}),
+    ((models.FloatField,), {float, int}),
+    ((models.BooleanField,), {bool}),
+)
+
+
 def column(field: models.Field, values: Sequence[Any]) -> list[Any]:
     """One column's values as the database stores them."""
     if isinstance(field, models.JSONField):
         return [None if v is None else json.dumps(v, cls=field.encoder) for v in values]
+    for kinds, types in _AS_IS:
+        if isinstance(field, kinds):
+            if all(v is None or type(v) in types for v in values):
+                return list(values)  # what get_db_prep_save would give, without a call per value
+            break
     return [field.get_db_prep_save(v, connection) for v in values]
 
 
