@@ -47,6 +47,11 @@ def amount_order(cluster: Cluster, r: int) -> tuple[IArr, IArr]:
     return _node_sorted(cluster, ("amount_order", r), lambda live: (-cluster.e_res[live, r],))
 
 
+def node_entries(cluster: Cluster) -> tuple[IArr, IArr]:
+    """Live entries grouped by node (any order within a node)."""
+    return _node_sorted(cluster, ("node_entries",), lambda live: ())
+
+
 def cost_order(cluster: Cluster, cost: FArr, cost_key: tuple[float, float]) -> tuple[IArr, IArr]:
     """By node, cheapest first."""
     return _node_sorted(cluster, ("cost_order", *cost_key), lambda live: (cost[cluster.e_alloc[live]],))

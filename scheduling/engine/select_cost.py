@@ -21,7 +21,7 @@ from .select import (
     pool_entries,
     potential_nodes,
 )
-from .select_bounds import lower_bounds
+from .select_bounds import lower_bounds, node_entries
 
 
 def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bound: int | None,
@@ -82,14 +82,17 @@ def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr
     order = candidates[np.lexsort((fewest[candidates], lower[candidates]))]
     if eligible > EXACT_LIMIT:
         order = order[:HEURISTIC_NODES]
-    nodes_of = cluster.e_node[ents]
+    grouped, starts = node_entries(cluster)
+    in_pool = np.zeros(len(cluster.e_alloc), dtype=bool)
+    in_pool[ents] = True
     for node in order.tolist():
         if best.victims is not None and (lower[node] > best.cost + COST_EPS or (
                 lower[node] > best.cost - COST_EPS and fewest[node] > len(best.victims))):
             break
         if bound is not None and fewest[node] > bound:
             continue
-        local = np.unique(slots[nodes_of == node]).tolist()
+        here = grouped[starts[node]:starts[node + 1]]
+        local = np.unique(cluster.e_alloc[here[in_pool[here]]]).tolist()
         best.steps = 0
         _search(_by_cost(local, cost, start, rank), cost, bound, best, start, rank,
                 _node_fit(view, node, local))
