@@ -34,11 +34,30 @@ def is_non_preemptible(cluster: Cluster, req: Allocation) -> bool:
 class RequestView:
     """The request's view of the cluster, computed once per decision with array operations."""
 
+    # What a view derives from the snapshot and the request's shape alone: cached per shape until
+    # the snapshot changes (not on state-only changes, which none of it reads), read-only.
+    _SHAPE = ("need", "need_idx", "group", "vc_idx", "lend_limit", "kind", "placeable", "free", "base_ok",
+              "groups", "base_count", "placeable_count", "lendable_cap")
+
     def __init__(self, cluster: Cluster, req: Allocation) -> None:
         self.cluster = cluster
         self.req = req
         self.k = req.nodes
         self.exclusive = req.exclusive
+        key = ("view", tuple(sorted(req.per_node.items())), tuple(sorted(req.labels.items())), req.same,
+               req.vcluster, req.exclusive, is_non_preemptible(cluster, req))
+
+        def build() -> dict[str, object]:
+            self._compute(cluster, req)
+            shape = {name: getattr(self, name) for name in self._SHAPE}
+            for value in shape.values():
+                if isinstance(value, np.ndarray):
+                    value.flags.writeable = False
+            return shape
+
+        self.__dict__.update(cluster.cached(key, build))
+
+    def _compute(self, cluster: Cluster, req: Allocation) -> None:
         n = len(cluster.node_names)
         need = np.zeros(len(cluster.res_names))
         impossible = False
