@@ -32,7 +32,9 @@ def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     """Run ``sql`` (``%b`` placeholders: binary parameters) with server-side binding on Django's
     connection, in its current transaction; returns the rows, if any."""
     connection.ensure_connection()
-    with psycopg.Cursor(connection.connection) as cur:
+    # Errors come out as Django's (IntegrityError...), and a broken connection is noticed as the
+    # ORM's own statements would make it noticed.
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cur:
         cur.execute(sql, params)  # type: ignore[call-overload]  # (a composed string at run time)
         return cur.fetchall() if cur.description is not None else []
 

@@ -41,3 +41,12 @@ def test_json_documents_and_defaults(make_allocation, resource_group):
 def test_no_rows_writes_nothing(db):
     assert insert_rows(Placement, ["allocation_id", "node_id"], [], returning=True) == []
     assert not Placement.objects.exists()
+
+
+def test_a_refused_row_raises_django_integrity_error_and_writes_nothing(make_allocation, node_gpu_a):
+    from django.db import IntegrityError, transaction
+
+    alloc = make_allocation()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        insert_rows(Placement, ["allocation_id", "node_id"], [(alloc.pk, node_gpu_a.pk), (alloc.pk, node_gpu_a.pk)])
+    assert not Placement.objects.filter(allocation=alloc).exists()
