@@ -34,11 +34,6 @@ def is_non_preemptible(cluster: Cluster, req: Allocation) -> bool:
 class RequestView:
     """The request's view of the cluster, computed once per decision with array operations."""
 
-    # What a view derives from the snapshot and the request's shape alone: cached per shape until
-    # the snapshot changes (not on state-only changes, which none of it reads), read-only.
-    _SHAPE = ("need", "need_idx", "group", "vc_idx", "lend_limit", "kind", "placeable", "free", "base_ok",
-              "groups", "base_count", "placeable_count", "lendable_cap")
-
     def __init__(self, cluster: Cluster, req: Allocation) -> None:
         self.cluster = cluster
         self.req = req
@@ -47,9 +42,13 @@ class RequestView:
         key = ("view", tuple(sorted(req.per_node.items())), tuple(sorted(req.labels.items())), req.same,
                req.vcluster, req.exclusive, is_non_preemptible(cluster, req))
 
+        # What _compute derives from the snapshot and the request's shape alone (every attribute it
+        # sets): cached per shape until the snapshot changes (not on state-only changes, which none
+        # of it reads), read-only.
         def build() -> dict[str, object]:
+            before = set(vars(self))
             self._compute(cluster, req)
-            shape = {name: getattr(self, name) for name in self._SHAPE}
+            shape = {name: value for name, value in vars(self).items() if name not in before}
             for value in shape.values():
                 if isinstance(value, np.ndarray):
                     value.flags.writeable = False
