@@ -13,6 +13,7 @@ from datetime import datetime
 from django.db import connection
 from django.db.models import Case, JSONField, Value, When
 
+from scheduling.bulk import execute
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.models.allocations import PlacementKind
 from scheduling.states import State
@@ -59,26 +60,24 @@ def _start_in_one_statement(ran_on: dict[int, list[str]], node_ids: dict[str, in
     pair_nodes = [node_ids[name] for nodes in ran_on.values() for name in nodes]
     alloc, placement, event = (m._meta.db_table for m in (Allocation, Placement, AllocationEvent))
     returned = ", ".join(f"a.{f}" for f in STARTED_FIELDS)
-    # The batch goes as arrays, so the statement's text is the same for any batch: the driver
-    # converts it once, and each batch dumps a few lists instead of quoting every value apart.
+    # The batch goes as binary arrays (scheduling/bulk.py), so the statement's text is the same for
+    # any batch and no value is quoted apart.
     sql = (
         "WITH v(id, ran_on, reason) AS (SELECT t.id, t.ran_on::jsonb, t.reason "
-        "FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS t(id, ran_on, reason)), "
-        "p(allocation_id, node_id) AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[])), "
-        f"started AS (UPDATE {alloc} AS a SET state = %s, started_at = %s, state_changed_at = %s, "
-        f"ran_on = v.ran_on FROM v WHERE a.id = v.id AND a.state = %s RETURNING {returned}, v.reason), "
+        "FROM unnest(%b::bigint[], %b::text[], %b::text[]) AS t(id, ran_on, reason)), "
+        "p(allocation_id, node_id) AS (SELECT * FROM unnest(%b::bigint[], %b::bigint[])), "
+        f"started AS (UPDATE {alloc} AS a SET state = %b, started_at = %b, state_changed_at = %b, "
+        f"ran_on = v.ran_on FROM v WHERE a.id = v.id AND a.state = %b RETURNING {returned}, v.reason), "
         f"placed AS (INSERT INTO {placement} (allocation_id, node_id, kind, gpu, cpu, memory, created_at) "
-        f"SELECT s.id, p.node_id, %s, s.per_node_gpu, s.per_node_cpu, s.per_node_memory, now() "
+        f"SELECT s.id, p.node_id, %b, s.per_node_gpu, s.per_node_cpu, s.per_node_memory, now() "
         f"FROM started s JOIN p ON p.allocation_id = s.id), "
         f"logged AS (INSERT INTO {event} (allocation_id, from_state, to_state, reason, created_at) "
-        f"SELECT s.id, %s, %s, s.reason, now() FROM started s) "
+        f"SELECT s.id, %b, %b, s.reason, now() FROM started s) "
         f"SELECT {', '.join(STARTED_FIELDS)} FROM started")
     params = [ids, [json.dumps(ran_on[pk]) for pk in ids], [_reason(ran_on[pk]) for pk in ids], pair_ids,
               pair_nodes, State.RUNNING, moment, moment, State.PENDING, PlacementKind.ASSIGNED, State.PENDING,
               State.RUNNING]
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
-        rows_back = cur.fetchall()
+    rows_back = execute(sql, params)
     # Raw rows as the ORM would have read them with only() (JSON arrives as text): the other
     # fields are deferred, which also spares computing their defaults (a third of the batch's time).
     fields = [f for f in Allocation._meta.concrete_fields if f.attname in STARTED_FIELDS]
