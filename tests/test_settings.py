@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 PROD = {"DJANGO_SETTINGS_MODULE": "lattice_site.settings.production",
@@ -55,3 +57,41 @@ def test_postgres_connections_are_pooled_and_a_statement_timeout_can_bound_them(
     assert result.stdout.strip().splitlines()[-1].split() == ["7", "-c", "statement_timeout=60000", "0"]
     result = _manage("shell", "-c", code, **{**env, "DB_STATEMENT_TIMEOUT_MS": "soon"})
     assert result.returncode != 0 and "DB_STATEMENT_TIMEOUT_MS" in result.stderr
+
+
+def test_postgres_statements_are_prepared_unless_turned_off_for_a_pooler():
+    code = ("from django.conf import settings; o = settings.DATABASES['default']['OPTIONS']; "
+            "print(o.get('server_side_binding'), o.get('prepare_threshold'))")
+    env = {"DATABASE_URL": "postgres://lattice@db.example:5432/lattice", "DJANGO_SETTINGS_MODULE":
+           "lattice_site.settings.dev"}
+    result = _manage("shell", "-c", code, **env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1].split() == ["True", "1"]
+    result = _manage("shell", "-c", code, **{**env, "DB_PREPARE": "false"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1].split() == ["None", "None"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_a_repeated_api_read_runs_as_a_prepared_statement():
+    """The token lookup every API request makes is planned once per connection, not per request."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from scheduling.actions.tokens import api_token_issue
+    from scheduling.models import ApiToken
+
+    token = api_token_issue(user=get_user_model().objects.create_user("pat"))
+
+    def prepared() -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s",
+                           ["%scheduling_apitoken%"])
+            return [row[0] for row in cursor.fetchall()]
+
+    assert prepared() == []
+    for _ in range(3):
+        found = ApiToken.user_for(token)
+        assert found is not None and found[0].username == "pat"
+    assert len(prepared()) == 1

@@ -74,6 +74,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.boo
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": env.int("DB_POOL_MAX", 20),
                                                 "timeout": 10}}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool("DB_PREPARE", True):
+    # Parameters bound on the server, and a statement prepared the second time a connection
+    # runs it: the API's reads then skip planning, which cost more than executing them (the
+    # token lookup: 0.17 ms to plan, 0.03 ms to run). DB_PREPARE=false for a pooler in
+    # transaction mode that cannot keep prepared statements (PgBouncer before 1.21).
+    DATABASES["default"].setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=1)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.int("DB_STATEMENT_TIMEOUT_MS", 0):
     # For processes whose tasks cannot be killed from outside (a thread-pool worker): no
     # statement may wait or run longer than this.

@@ -99,7 +99,10 @@ class ApiToken(HashedToken):
         User = get_user_model()
         q = connection.ops.quote_name
         user_pk = q(User._meta.pk.column)
-        sql = (f"SELECT u.*, t.{q('id')} AS token_id, t.{q('digest')} AS token_digest, "
+        # The user's columns by name, not u.*: a prepared statement must keep its result's shape
+        # when a migration adds a column while the servers run.
+        columns = ", ".join(f"u.{q(f.column)}" for f in User._meta.concrete_fields)
+        sql = (f"SELECT {columns}, t.{q('id')} AS token_id, t.{q('digest')} AS token_digest, "
                f"t.{q('created_at')} AS token_created_at, m.{q('tenant_id')} AS member_of "
                f"FROM {q(cls._meta.db_table)} t JOIN {q(User._meta.db_table)} u ON u.{user_pk} = t.{q('user_id')} "
                f"LEFT JOIN {q(Membership._meta.db_table)} m ON m.{q('user_id')} = u.{user_pk} "
