@@ -159,6 +159,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["scheduling.api.renderers.JSONRenderer",
+                                 "rest_framework.renderers.BrowsableAPIRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "scheduling.api.errors.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
