@@ -4,9 +4,9 @@
 
 On its own database (the URL's name + "_api_bench"), fills decision records
 (a third of them preemptions with two victims, their audience and victim rows),
-then serves the real application from two Daphne processes sharing one
-listening socket, and drives it with 4 concurrent keep-alive clients in a
-closed loop, each its own process (latency runs from sending a request to its
+then serves the real application from two Daphne processes, each on a port
+of its own, and drives it with 4 concurrent keep-alive clients in a closed
+loop, two on each server as a balancer would spread them, each its own process (latency runs from sending a request to its
 response's last byte): an operator's and a tenant's decision lists (first page and pages
 deep behind a cursor), a group-filtered list, a decision's detail, the tenant's
 allocation list and an allocation's history. The same requests are measured
@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import bench_database, free_port, pct, use_bench_settings  # noqa: E402
+from bench.common import bench_database, pct, use_bench_settings  # noqa: E402
 
 TENANTS = 16
 ALLOCATIONS = 20_000
@@ -118,27 +118,33 @@ def fill_decisions(url: str, start: int, stop: int) -> None:
         conn.execute("VACUUM ANALYZE")
 
 
-def start_servers(port: int, env: dict[str, str], count: int) -> list[subprocess.Popen]:
-    """Several Daphne processes accepting on one socket: the kernel spreads connections."""
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", port))
-    listener.listen(128)
-    procs = [subprocess.Popen([sys.executable, "-m", "daphne", "--fd", str(listener.fileno()),
-                               "lattice_site.asgi:application"], cwd=ROOT, env=env, pass_fds=[listener.fileno()],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for _ in range(count)]
-    listener.close()
+def start_servers(env: dict[str, str], count: int) -> tuple[list[subprocess.Popen], list[int]]:
+    """Daphne processes, each on a port of its own (the ports a load balancer would spread
+    connections over); returns the processes and their ports once every one answers."""
+    procs, ports = [], []
+    for _ in range(count):
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        ports.append(listener.getsockname()[1])
+        procs.append(subprocess.Popen([sys.executable, "-m", "daphne", "--fd", str(listener.fileno()),
+                                       "lattice_site.asgi:application"], cwd=ROOT, env=env,
+                                      pass_fds=[listener.fileno()], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        listener.close()
     deadline = time.time() + 30
-    while time.time() < deadline:
+    waiting = list(ports)
+    while waiting and time.time() < deadline:
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn = http.client.HTTPConnection("127.0.0.1", waiting[0], timeout=5)
             conn.request("GET", "/healthz")
             conn.getresponse().read()
-            return procs
+            waiting.pop(0)
         except OSError:
             time.sleep(0.2)
-    raise SystemExit("the servers did not start")
+    if waiting:
+        raise SystemExit("the servers did not start")
+    return procs, ports
 
 
 class Client:
@@ -212,14 +218,18 @@ def client_loop(port: int, tokens: dict[str, str], mix: list[tuple[str, str, str
     out.put((by_kind, errors))
 
 
-def measure(port: int, tokens: dict[str, str], seconds: float) -> dict[str, list[float]]:
+def measure(ports: list[int], tokens: dict[str, str], seconds: float) -> dict[str, list[float]]:
+    """Every client's connections go to one server, client i's to server i mod N: connections
+    spread evenly, as a balancer in front of the servers spreads them. (One socket shared by
+    the servers lets whichever process wakes first take a connection: with 8 keep-alive
+    connections one server often held six, and ran at its core's limit while the other idled.)"""
     import multiprocessing
 
-    mix = request_mix(port, tokens)
+    mix = request_mix(ports[0], tokens)
     spawn = multiprocessing.get_context("spawn")
     out = spawn.Queue()
     start = time.time() + 3.0  # every client started (a spawned interpreter takes a moment) before any sends
-    procs = [spawn.Process(target=client_loop, args=(port, tokens, mix, i, start, seconds, out))
+    procs = [spawn.Process(target=client_loop, args=(ports[i % len(ports)], tokens, mix, i, start, seconds, out))
              for i in range(CLIENTS)]
     for proc in procs:
         proc.start()
@@ -268,7 +278,6 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     tokens = setup_tenants()
-    port = free_port()
     results = []
     filled = 1
     for size in (args.small, args.large):
@@ -276,11 +285,10 @@ def main() -> None:
         fill_decisions(url, filled, size + 1)
         filled = size + 1
         print(f"{size:,} decision records ({time.perf_counter() - t0:.0f} s to fill)")
-        servers = start_servers(port, env, args.servers)
+        servers, ports = start_servers(env, args.servers)
         try:
-            results.append(report(f"  {CLIENTS} clients, {args.servers} server processes", measure(port, tokens,
-                                                                                             args.seconds),
-                                  args.seconds))
+            timings = measure(ports, tokens, args.seconds)
+            results.append(report(f"  {CLIENTS} clients, {args.servers} server processes", timings, args.seconds))
         finally:
             for proc in servers:
                 proc.terminate()
