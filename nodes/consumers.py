@@ -8,11 +8,11 @@ node's channel-layer group, so any Daphne process can reach any agent.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 from typing import Any
 
+import orjson
 from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 
@@ -105,7 +105,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         return len(self.frames) > RATE_LIMIT * RATE_WINDOW_S
 
     async def _send(self, frame: dict[str, Any]) -> None:
-        await self.send(text_data=json.dumps(frame))
+        await self.send(text_data=orjson.dumps(frame).decode())
 
     # -- channel-layer messages ------------------------------------------------------------
     async def agent_command(self, message: dict[str, Any]) -> None:

@@ -7,9 +7,10 @@ of code BAD_FRAME; nothing changes).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 MAX_FRAME_BYTES = 64 * 1024
 EXIT_REASONS = ("completed", "failed", "terminated", "killed")
@@ -96,14 +97,15 @@ SCHEMA: dict[str, tuple[type, dict[str, tuple[tuple[type, ...], bool]]]] = {
                                          "error": ((str,), False)}),
     "defer": (Defer, {"allocation": ((str,), True), "seconds": ((int,), True)}),
 }
+_ALLOWED = {kind: frozenset(fields) | {"type", "id"} for kind, (_, fields) in SCHEMA.items()}
 
 
 def parse(text: str | bytes) -> Frame:
     if len(text) > MAX_FRAME_BYTES:
         raise BadFrame(f"frame larger than {MAX_FRAME_BYTES} bytes")
     try:
-        raw = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
+        raw = orjson.loads(text)  # strict: no NaN, no lone surrogates, integers of at most 64 bits
+    except orjson.JSONDecodeError:
         raise BadFrame("not JSON") from None
     if not isinstance(raw, dict):
         raise BadFrame("a frame must be a JSON object")
@@ -114,8 +116,8 @@ def parse(text: str | bytes) -> Frame:
     if frame_id is None or not frame_id:
         raise BadFrame("missing or non-string 'id'", None)
     cls, fields = SCHEMA[kind]
-    unknown = sorted(set(raw) - set(fields) - {"type", "id"})
-    if unknown:
+    if not _ALLOWED[kind].issuperset(raw):
+        unknown = sorted(set(raw) - _ALLOWED[kind])
         raise BadFrame(f"unknown field(s): {', '.join(unknown)}", frame_id)
     values: dict[str, Any] = {"id": frame_id}
     for name, (types, required) in fields.items():
@@ -134,7 +136,18 @@ def parse(text: str | bytes) -> Frame:
     return frame  # type: ignore[no-any-return]
 
 
+# Integers the database stores: a value out of range is a bad frame, not a failed write (a
+# heartbeat's failed write would fail every other heartbeat of its batch).
+_BOUNDS: dict[str, tuple[int, int]] = {"seq": (0, 2**63 - 1), "exit_code": (-(2**31), 2**31 - 1),
+                                       "pid": (0, 2**31 - 1), "seconds": (0, 2**31 - 1),
+                                       "size_bytes": (0, 2**63 - 1)}
+
+
 def _check(frame: Frame) -> None:
+    for name, (low, high) in _BOUNDS.items():
+        value = getattr(frame, name, None)
+        if value is not None and not low <= value <= high:
+            raise BadFrame(f"{name} must be between {low} and {high}", frame.id)
     if isinstance(frame, Exited) and frame.reason not in EXIT_REASONS:
         raise BadFrame(f"reason must be one of {', '.join(EXIT_REASONS)}", frame.id)
     if isinstance(frame, Heartbeat) and not all(isinstance(x, str) for x in frame.running):
@@ -144,7 +157,5 @@ def _check(frame: Frame) -> None:
             if not (isinstance(entry, dict) and isinstance(entry.get("allocation"), str)
                     and set(entry) <= {"allocation", "phase", "pid"}):
                 raise BadFrame("running entries are {allocation, phase, pid}", frame.id)
-    if isinstance(frame, Defer) and frame.seconds < 0:
-        raise BadFrame("seconds must be >= 0", frame.id)
     if isinstance(frame, CheckpointProgress) and not 0 <= frame.percent <= 100:
         raise BadFrame("percent must be between 0 and 100", frame.id)

@@ -144,6 +144,11 @@ def test_frames_are_handled_without_a_hop_to_the_shared_sync_thread(agent_node, 
     json.dumps({"type": "exited", "id": "x", "allocation": "1", "exit_code": 0, "reason": "bored"}),
     json.dumps({"type": "heartbeat", "seq": 7, "running": []}),
     json.dumps({"type": "heartbeat", "id": "x", "seq": 7, "running": [], "usage": {"pad": "y" * 70000}}),
+    json.dumps({"type": "heartbeat", "id": "x", "seq": 2**63, "running": []}),  # past the stored bigint
+    json.dumps({"type": "heartbeat", "id": "x", "seq": 2**70, "running": []}),  # past any 64-bit integer
+    json.dumps({"type": "exited", "id": "x", "allocation": "1", "exit_code": 2**31, "reason": "failed"}),
+    json.dumps({"type": "defer", "id": "x", "allocation": "1", "seconds": -1}),
+    '{"type": "checkpoint_progress", "id": "x", "allocation": "1", "percent": NaN}',
 ])
 def test_malformed_frames_get_bad_frame_and_keep_the_connection(agent_node, raw):
     node, token = agent_node
