@@ -116,6 +116,8 @@ def fill_decisions(url: str, start: int, stop: int) -> None:
         conn.execute("SELECT setval(pg_get_serial_sequence('scheduling_preemptiondecision', 'id'), "
                      f"{stop})")
         conn.execute("VACUUM ANALYZE")
+        # The fill's writes are flushed now, not by a checkpoint spread over the measurement.
+        conn.execute("CHECKPOINT")
 
 
 def start_servers(env: dict[str, str], count: int) -> tuple[list[subprocess.Popen], list[int]]:
