@@ -1,7 +1,7 @@
-"""The API's JSON, written by orjson: DRF's output, at a tenth of the encoder's cost.
+"""The API's JSON, written by orjson: DRF's output, for less of the server's time.
 
 A page of 50 decisions took about 0.5 ms to encode with the standard library, a tenth of the
-request's server time. The output is DRF's: compact, UTF-8, datetimes in ISO 8601 with "Z" for
+request's server time; with orjson the servers spent 0.3 to 0.5 ms less per request. The output is DRF's: compact, UTF-8, datetimes in ISO 8601 with "Z" for
 UTC, U+2028 and U+2029 escaped; what orjson does not know natively (Decimal, UUID, lazy text,
 durations) goes through DRF's own encoder. Indented output (``Accept: application/json;
 indent=4``, the browsable API) is left to DRF. Not-a-number, which DRF refuses, is written as
