@@ -1,6 +1,5 @@
-"""The dispatch loop every Lattice consumer runs on: one message at a time, in arrival order,
-from the client and the channel layer; a handler's error ends the consumer, a disconnect ends it
-cleanly."""
+"""The dispatch every Lattice consumer runs: one message at a time, in arrival order, from the
+client and the channel layer; a handler's error ends the consumer, a disconnect ends it cleanly."""
 
 from __future__ import annotations
 
