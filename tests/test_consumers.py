@@ -45,7 +45,11 @@ class Recorder(DirectDispatch, AsyncWebsocketConsumer):
 
 
 @pytest.fixture
-def recorder():
+def recorder(settings):
+    """The in-process channel layer: the dispatch does not depend on the layer, and a test that
+    ends right after a message arrived must not leave the Redis layer's per-channel state behind
+    for later tests."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     Recorder.group, Recorder.log = f"test-{uuid.uuid4().hex}", []
     return Recorder
 
