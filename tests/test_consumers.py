@@ -14,6 +14,9 @@ from channels.testing import WebsocketCommunicator
 
 from lattice_site.consumers import DirectDispatch
 
+# Channels' disconnect handler closes stale database connections, so these tests may touch them.
+pytestmark = pytest.mark.django_db
+
 
 class Recorder(DirectDispatch, AsyncWebsocketConsumer):
     """Echoes client frames slowly and channel-layer notes at once, logging when each starts and ends."""
