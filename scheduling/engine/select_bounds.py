@@ -114,13 +114,19 @@ def _compute(view: RequestView, mask: BArr, cost: FArr, cost_key: tuple[float, f
     return lower, fewest
 
 
-def lower_bounds(view: RequestView, ents: IArr, potential: BArr, cost: FArr,
-                 cost_key: tuple[float, float]) -> tuple[FArr, IArr]:
-    """Per node, for sets of two victims or more: the fewest victims that could make it fit (at
-    least two), and the sum of that many cheapest costs (infinite where no such set can)."""
-    cluster = view.cluster
+def pool_mask(cluster: Cluster, ents: IArr) -> BArr:
+    """The pool's entries as a mask over every entry."""
     mask = np.zeros(len(cluster.e_alloc), dtype=bool)
     mask[ents] = True
+    return mask
+
+
+def lower_bounds(view: RequestView, ents: IArr, mask: BArr, potential: BArr, cost: FArr,
+                 cost_key: tuple[float, float]) -> tuple[FArr, IArr]:
+    """Per node, for sets of two victims or more: the fewest victims that could make it fit (at
+    least two), and the sum of that many cheapest costs (infinite where no such set can).
+    ``mask`` is ``pool_mask(cluster, ents)``."""
+    cluster = view.cluster
     # Kept until the snapshot changes (not on state-only changes), per request shape.
     memo: dict[str, tuple[BArr, FArr, IArr]] = cluster.cached(
         ("bounds", tuple(view.need.tolist()), view.exclusive, cost_key), dict)

@@ -21,7 +21,7 @@ from .select import (
     pool_entries,
     potential_nodes,
 )
-from .select_bounds import lower_bounds, node_entries
+from .select_bounds import lower_bounds, node_entries, pool_mask
 
 
 def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bound: int | None,
@@ -70,7 +70,8 @@ def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr
     # fewest that could free enough, taking the largest first, and at least two: where one large
     # victim would do, two small ones may cost less). Exact when few are eligible; above
     # EXACT_LIMIT the contract allows a heuristic: search only the most promising nodes.
-    lower, fewest = lower_bounds(view, ents, potential, cost, cost_key)
+    in_pool = pool_mask(cluster, ents)
+    lower, fewest = lower_bounds(view, ents, in_pool, potential, cost, cost_key)
     reach = np.isfinite(lower)
     if best.victims is not None:  # the walk below stops at the first node bounded above the best
         reach &= lower <= best.cost + COST_EPS
@@ -83,8 +84,6 @@ def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr
     if eligible > EXACT_LIMIT:
         order = order[:HEURISTIC_NODES]
     grouped, starts = node_entries(cluster)
-    in_pool = np.zeros(len(cluster.e_alloc), dtype=bool)
-    in_pool[ents] = True
     for node in order.tolist():
         if best.victims is not None and (lower[node] > best.cost + COST_EPS or (
                 lower[node] > best.cost - COST_EPS and fewest[node] > len(best.victims))):

@@ -18,7 +18,7 @@ from scheduling.engine.decide import _gates
 from scheduling.engine.eligibility import judge
 from scheduling.engine.placement import RequestView
 from scheduling.engine.select import pool_entries, potential_nodes
-from scheduling.engine.select_bounds import lower_bounds
+from scheduling.engine.select_bounds import lower_bounds, pool_mask
 
 
 def _document(seed: int, n_nodes: int) -> dict:
@@ -87,7 +87,8 @@ def _bounds(cluster: Cluster, scenario, req) -> tuple[np.ndarray, np.ndarray]:
     judged = judge(cluster, view, policy, req, now, _gates(cluster, policy, req, now))
     ents = pool_entries(view, judged.eligible)
     potential, _ = potential_nodes(view, ents)
-    return lower_bounds(view, ents, potential, judged.cost, (now, policy.checkpoint_timeout_minutes))
+    return lower_bounds(view, ents, pool_mask(view.cluster, ents), potential, judged.cost,
+                        (now, policy.checkpoint_timeout_minutes))
 
 
 @settings(max_examples=10, deadline=None)
