@@ -40,8 +40,13 @@ def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
 
 
 def array_type(field: models.Field) -> str:
-    """The array type a column's values go as: JSON as text (cast where it is used)."""
+    """The array type a column's values go as: JSON as text (``stored`` casts it back)."""
     return "text" if isinstance(field, models.JSONField) else str(field.db_type(connection))
+
+
+def stored(field: models.Field, expr: str) -> str:
+    """``expr``, a value of ``array_type(field)``, as the column stores it."""
+    return f"{expr}::jsonb" if isinstance(field, models.JSONField) else expr
 
 
 # Fields and the Python types of values the database takes as they are (None aside).
@@ -85,7 +90,7 @@ def insert_rows(model: type[models.Model], names: Sequence[str], rows: Sequence[
     columns += [column(f, [value] * len(rows)) for f, value in zip(rest, filled, strict=True)]
     every = fields + rest
     quote = connection.ops.quote_name
-    selected = ", ".join(f"c{i}::jsonb" if isinstance(f, models.JSONField) else f"c{i}" for i, f in enumerate(every))
+    selected = ", ".join(stored(f, f"c{i}") for i, f in enumerate(every))
     sql = (f"INSERT INTO {quote(opts.db_table)} ({', '.join(quote(f.column) for f in every)}) "
            f"SELECT {selected} FROM unnest({', '.join(f'%b::{array_type(f)}[]' for f in every)}) "
            f"AS v({', '.join(f'c{i}' for i in range(len(every)))})")

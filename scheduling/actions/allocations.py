@@ -7,10 +7,10 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import Case, JSONField, Value, When
+from django.db.models import Case, Value, When
 from django.utils import timezone
 
-from scheduling.bulk import array_type, column, execute, insert_rows
+from scheduling.bulk import array_type, column, execute, insert_rows, stored
 from scheduling.errors import InvalidTransition
 from scheduling.models import Allocation, AllocationEvent, PreemptionDecision
 from scheduling.states import allowed
@@ -124,9 +124,8 @@ def _update_each(ids: list[int], from_state: str, changes: dict[str, Any], each:
     per_row = [Allocation._meta.get_field(k) for k in keys]
     common = [(Allocation._meta.get_field(k), v) for k, v in changes.items() if k not in each[ids[0]]]
     quote = connection.ops.quote_name
-    sets = [f"{quote(f.column)} = %b" + ("::jsonb" if isinstance(f, JSONField) else "") for f, _ in common]
-    sets += [f"{quote(f.column)} = v.c{i}" + ("::jsonb" if isinstance(f, JSONField) else "")
-             for i, f in enumerate(per_row)]
+    sets = [f"{quote(f.column)} = {stored(f, '%b')}" for f, _ in common]
+    sets += [f"{quote(f.column)} = {stored(f, f'v.c{i}')}" for i, f in enumerate(per_row)]
     arrays = ", ".join(["%b::bigint[]"] + [f"%b::{array_type(f)}[]" for f in per_row])
     params: list[Any] = [column(f, [v])[0] for f, v in common]
     params.append(ids)
