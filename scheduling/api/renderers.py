@@ -17,6 +17,7 @@ from rest_framework import renderers
 from rest_framework.utils.encoders import JSONEncoder
 
 _OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NON_STR_KEYS
+_DRF_DEFAULT = JSONEncoder().default  # stateless: one for every response
 _LINE_SEPARATOR, _PARAGRAPH_SEPARATOR = "\u2028".encode(), "\u2029".encode()
 
 
@@ -27,7 +28,7 @@ class JSONRenderer(renderers.JSONRenderer):
             return b""
         if self.get_indent(accepted_media_type, renderer_context or {}) is not None:
             return bytes(super().render(data, accepted_media_type, renderer_context))
-        out = orjson.dumps(data, default=JSONEncoder().default, option=_OPTIONS)
+        out = orjson.dumps(data, default=_DRF_DEFAULT, option=_OPTIONS)
         if _LINE_SEPARATOR in out or _PARAGRAPH_SEPARATOR in out:
             out = out.replace(_LINE_SEPARATOR, b"\\u2028").replace(_PARAGRAPH_SEPARATOR, b"\\u2029")
         return out
