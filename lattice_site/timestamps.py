@@ -37,7 +37,6 @@ def loader_for(tz: Any) -> type:
                 return super().load(data)  # type: ignore[no-any-return]
             return value.astimezone(tz) if tz is not None else value.replace(tzinfo=None)
 
-    IsoTzLoader.lattice_iso = True
     return IsoTzLoader
 
 

@@ -62,5 +62,6 @@ def test_the_orm_reads_through_it():
     event = AllocationEvent.objects.create(allocation=alloc, from_state="", to_state="pending", reason="x")
     assert Allocation.objects.get(pk=alloc.pk).submitted_at == moment
     assert abs(AllocationEvent.objects.get(pk=event.pk).created_at - timezone.now()) < dt.timedelta(minutes=1)
-    loader = connection.connection.adapters.get_loader(1184, 0)
-    assert getattr(loader, "lattice_iso", False)
+    from lattice_site.timestamps import TIMESTAMPTZ_OID, loader_for
+
+    assert connection.connection.adapters.get_loader(TIMESTAMPTZ_OID, 0) is loader_for(connection.timezone)
