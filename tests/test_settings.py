@@ -95,3 +95,18 @@ def test_a_repeated_api_read_runs_as_a_prepared_statement():
         found = ApiToken.user_for(token)
         assert found is not None and found[0].username == "pat"
     assert len(prepared()) == 1
+
+
+def test_a_log_record_of_django_is_written_once_in_development():
+    """Django's request lines and warnings reach one handler, not Django's and the root's both."""
+    done = _manage("shell", "-c", "import logging; logging.getLogger('django.request').warning('marker-%s', 42)",
+                   DJANGO_SETTINGS_MODULE="lattice_site.settings.dev", DEBUG="true")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("marker-42") == 1, done.stderr
+
+
+def test_log_level_holds_for_django_records_too():
+    done = _manage("shell", "-c", "import logging; logging.getLogger('django.request').info('marker-%s', 7)",
+                   DJANGO_SETTINGS_MODULE="lattice_site.settings.dev", DEBUG="true", LOG_LEVEL="WARNING")
+    assert done.returncode == 0, done.stderr
+    assert "marker-7" not in done.stderr

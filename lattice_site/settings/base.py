@@ -172,9 +172,15 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
 }
 
+# Everything goes to the root's one handler. Django's own "django" logger has a console handler
+# of its own when DEBUG is on and passes its records on to the root as well, so every request
+# line and warning was written twice; here it keeps no handler and passes everything on, at the
+# level asked for (a record a logger lets through reaches the root's handler whatever the root's level).
+LOG_LEVEL = env.str("LOG_LEVEL") or "INFO"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL") or "INFO"},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django": {"handlers": [], "level": LOG_LEVEL, "propagate": True}},
 }
