@@ -21,6 +21,8 @@ import psycopg
 from django.db import connection, models
 from django.utils import timezone
 
+from lattice_site import prepared
+
 Row = Sequence[Any]
 
 
@@ -32,11 +34,15 @@ def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     """Run ``sql`` (``%b`` placeholders: binary parameters) with server-side binding on Django's
     connection, in its current transaction; returns the rows, if any."""
     connection.ensure_connection()
-    # Errors come out as Django's (IntegrityError...), and a broken connection is noticed as the
-    # ORM's own statements would make it noticed.
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cur:
-        cur.execute(sql, params)  # type: ignore[call-overload]  # (a composed string at run time)
-        return cur.fetchall() if cur.description is not None else []
+
+    def run() -> list[tuple[Any, ...]]:
+        # Errors come out as Django's (IntegrityError...), and a broken connection is noticed as
+        # the ORM's own statements would make it noticed.
+        with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cur:
+            cur.execute(sql, params)  # type: ignore[call-overload]  # (a composed string at run time)
+            return cur.fetchall() if cur.description is not None else []
+
+    return prepared.retrying(connection, run)  # as the ORM's statements (lattice_site/prepared.py)
 
 
 def array_type(field: models.Field) -> str:
