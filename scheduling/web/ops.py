@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -77,7 +78,16 @@ def group_detail(request: HttpRequest, name: str) -> HttpResponse:
 @operator_required
 def decision_detail(request: HttpRequest, pk: int) -> HttpResponse:
     decision = get_object_or_404(PreemptionDecision.objects.select_related("preemptor", "resource_group"), pk=pk)
-    return render(request, "ops/decision.html", {"d": decision})
+    return render(request, "ops/decision.html", {
+        "d": decision, "victims": _linked(decision.victims), "candidates": _linked(decision.candidates),
+        # As the policy editor and the API show it, not as Python writes a dict.
+        "policy_json": json.dumps(decision.policy_snapshot, indent=2, sort_keys=True),
+    })
+
+
+def _linked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Victims or candidates with ``pk``, the allocation their page is, where ``id`` names one."""
+    return [{**e, "pk": int(e["id"]) if str(e.get("id", "")).isdigit() else None} for e in entries]
 
 
 @operator_required

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import html
+import json
+import re
+
 import pytest
 
 from scheduling.models import PolicyChange, ResourceGroup
@@ -39,6 +43,12 @@ def test_console_pages_render_for_operators(client, operator, resource_group, tw
     assert b"gpu-a" in client.get(f"/ops/groups/{resource_group.name}/").content
     page = client.get(f"/ops/decisions/{decision.pk}/").content.decode()
     assert "PREEMPT" in page and "SELECTED" in page
+    # Each allocation named links to its page; the policy reads as the JSON it is stored as.
+    victim = decision.victims[0]["id"]
+    assert f'<a href="/jobs/{victim}/">#{victim}</a>' in page
+    assert f'<a href="/jobs/{high.pk}/">#{high.pk}</a>' in page
+    shown = re.search(r"<h2>Policy as it was</h2><pre>(.*?)</pre>", page, re.S)
+    assert shown is not None and json.loads(html.unescape(shown.group(1))) == decision.policy_snapshot
     assert f"decision {decision.pk}" in client.get("/ops/").content.decode()
 
 
