@@ -8,6 +8,7 @@ from django import forms
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 
 from scheduling.actions.admission import allocation_submit
 from scheduling.api.allocations import what_if
@@ -15,15 +16,20 @@ from scheduling.api.serializers import AllocationInput
 from scheduling.errors import DomainError
 from scheduling.models import Allocation, Placement, ResourceGroup
 from scheduling.selectors import allocations_visible, events_of, explanation, tenant_ids
+from scheduling.states import FINAL
 
 
-def _risks(allocs: list[Allocation]) -> list[dict[str, Any]]:
-    """Each allocation's preemption risk: protected until, on a borrowed node, classes above it
-    (one query for any number of allocations)."""
+def _risks(allocs: list[Allocation]) -> list[dict[str, Any] | None]:
+    """Each allocation's preemption risk: whether it may be preempted at all, protected until (a
+    time still to come), on a borrowed node, classes above it; None once it has ended (one query
+    for any number of allocations)."""
     on_borrowed = set(Placement.objects.filter(allocation__in=allocs, node__borrowed_by__isnull=False)
                       .values_list("allocation_id", flat=True))
-    return [{"protected_until": a.protected_until, "borrowed": a.pk in on_borrowed,
-             "classes_above": 10 - a.preemption_class} for a in allocs]
+    now = timezone.now()
+    return [None if a.state in FINAL else {
+        "preemptible": a.preemptible,
+        "protected_until": a.protected_until if a.protected_until and a.protected_until > now else None,
+        "borrowed": a.pk in on_borrowed, "classes_above": 10 - a.preemption_class} for a in allocs]
 
 
 @login_required

@@ -187,3 +187,31 @@ def test_session_type_editor_saves_with_a_reason_and_stays_in_its_group(client, 
     batch.refresh_from_db()
     assert (batch.mode, batch.rank) == ("terminate", 20)
     assert PolicyChange.objects.get().target_type == "scheduling.sessiontype"
+
+
+def test_risk_is_shown_only_for_work_that_can_still_be_preempted(client, make_allocation, django_user_model):
+    """An ended job has no risk; a non-preemptible one says so; a protection that has run out is not
+    shown; one still to come is, and so are the classes above."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    done = make_allocation(state="completed", preemption_class=3, node_count=1, per_node_gpu=8)
+    pinned = make_allocation(state="running", preemption_class=3, preemptible=False, node_count=1, per_node_gpu=8)
+    lapsed = make_allocation(state="running", preemption_class=9, protected_until=now - timedelta(hours=1),
+                             node_count=1, per_node_gpu=8)
+    guarded = make_allocation(state="pending", preemption_class=2, protected_until=now + timedelta(hours=1),
+                              node_count=1, per_node_gpu=8)
+    client.force_login(django_user_model.objects.get(username="alice"))
+
+    def risk(alloc) -> str:
+        page = client.get(f"/jobs/{alloc.pk}/").content.decode()
+        return re.sub(r"<[^>]+>", "", page.split("<dt>risk</dt>")[1].split("</dd>")[0]).strip()
+
+    assert risk(done) == "none: it has ended"
+    assert risk(pinned) == "not preemptible"
+    assert risk(lapsed) == "1 class above"
+    assert risk(guarded).startswith("protected until ") and risk(guarded).endswith("; 8 classes above")
+    listing = client.get("/jobs/").content.decode()
+    assert listing.count("none: it has ended") == 1 and listing.count("not preemptible") == 1
