@@ -45,11 +45,12 @@ def allocations_start(ran_on: dict[int, list[str]], node_ids: dict[str, int], mo
         ran_on=Case(*[When(pk=a.pk, then=Value(ran_on[a.pk], output_field=JSONField())) for a in allocs]))
     AllocationEvent.objects.bulk_create([
         AllocationEvent(allocation_id=a.pk, from_state=State.PENDING, to_state=State.RUNNING,
-                        reason=_reason(ran_on[a.pk])) for a in allocs])
+                        reason=placed_reason(ran_on[a.pk])) for a in allocs])
     return allocs
 
 
-def _reason(nodes: list[str]) -> str:
+def placed_reason(nodes: list[str]) -> str:
+    """The event of a start: where it runs (every start says so, however it was made)."""
     return f"placed on {', '.join(nodes)}"[:255]
 
 
@@ -74,7 +75,7 @@ def _start_in_one_statement(ran_on: dict[int, list[str]], node_ids: dict[str, in
         f"logged AS (INSERT INTO {event} (allocation_id, from_state, to_state, reason, created_at) "
         f"SELECT s.id, %b, %b, s.reason, now() FROM started s) "
         f"SELECT {', '.join(STARTED_FIELDS)} FROM started")
-    params = [ids, [json.dumps(ran_on[pk]) for pk in ids], [_reason(ran_on[pk]) for pk in ids], pair_ids,
+    params = [ids, [json.dumps(ran_on[pk]) for pk in ids], [placed_reason(ran_on[pk]) for pk in ids], pair_ids,
               pair_nodes, State.RUNNING, moment, moment, State.PENDING, PlacementKind.ASSIGNED, State.PENDING,
               State.RUNNING]
     rows_back = execute(sql, params)

@@ -47,6 +47,8 @@ def test_work_borrows_an_idle_node_and_its_home_reclaims_it(resource_group, vclu
     guest = _fresh(guest)
     assert guest.state == "running" and guest.ran_on == ["ml-a"]
     assert Node.objects.get(name="ml-a").borrowed_by_id == vcluster_hpc.pk
+    # Its history names the node, as every start's does.
+    assert [e.reason for e in guest.events.filter(to_state="running")] == ["placed on ml-a"]
     placed = PreemptionDecision.objects.filter(preemptor=guest).order_by("id")
     assert [(d.code, d.borrowed) for d in placed] in ([], [("FITS", ["ml-a"])])
 
