@@ -62,6 +62,10 @@ class PolicyFieldsMixin(forms.Form):
         initial = initial or {}
         for name, field, kinds in POLICY_FIELDS:
             f = field.__class__(**_field_kwargs(field))
+            f.label = name.replace("_", " ").capitalize()  # the policy's own field, not the form's name
+            # The editor shows a field only while its kind is selected (static/js/editor.js); without
+            # JavaScript every field is shown, each saying which kinds use it.
+            f.kinds = kinds  # type: ignore[attr-defined]
             if kinds:
                 f.help_text = (f.help_text + " " if f.help_text else "") + f"Used by: {', '.join(kinds)}."
             self.fields[PREFIX + name] = f

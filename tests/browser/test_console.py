@@ -19,10 +19,19 @@ def test_operator_changes_a_policy_with_reason_sees_preview_and_audit(login, liv
                                                                      resource_group):
     page = login("op", "pw-op-123")
     page.goto(f"{live_server_url}/ops/groups/{resource_group.name}/policy/")
+    # Only the selected kind's fields are shown (all of them are without JavaScript).
+    kind = page.locator("select[name=policy_kind]").input_value()
+    queue_only = page.locator("input[name=policy_no_preempt_run_minutes]")
+    assert kind != "queue" and queue_only.is_hidden()
+    page.select_option("select[name=policy_kind]", "queue")
+    assert queue_only.is_visible()
+    page.select_option("select[name=policy_kind]", kind)
+    assert queue_only.is_hidden()
     page.fill("input[name=policy_max_victims]", "2")
     page.fill("textarea[name=reason]", "limit collateral damage")
     page.click("button[value=preview]")
     assert page.locator("#preview h2").inner_text() == "Preview on the current state"
+    assert queue_only.is_hidden()  # the form the preview re-rendered
     assert not PolicyChange.objects.exists()
     page.click("button[value=save]")
     page.wait_for_url("**/ops/audit/")
