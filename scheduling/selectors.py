@@ -1,13 +1,20 @@
-"""Reads for the API and pages: tenant scoping and what a tenant may see of a decision."""
+"""Reads for the API and pages: tenant scoping, what a tenant may see of a decision, the audit log."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.db.models import QuerySet
 
 from scheduling.api.permissions import is_operator
-from scheduling.models import Allocation, AllocationEvent, DecisionAudience, PreemptionDecision
+from scheduling.models import (
+    Allocation,
+    AllocationEvent,
+    DecisionAudience,
+    PolicyChange,
+    PreemptionDecision,
+)
 
 
 def remember_tenant_ids(user: Any, ids: list[int]) -> None:
@@ -151,3 +158,44 @@ def explanation(alloc: Allocation, user: Any) -> tuple[dict[str, Any] | None, li
     preempted = list(alloc.preempted_in.select_related("preemptor", "resource_group").order_by("id"))
     shown = redact_decisions([latest, *preempted] if latest else preempted, user)
     return (shown.pop(0) if latest else None), shown
+
+
+AUDIT_FILTERS = ("action", "actor", "target_type", "target")
+
+
+def audit_entries(params: Mapping[str, str]) -> QuerySet[PolicyChange]:
+    """The audit log, newest first, narrowed by any of ``action``, ``actor`` (a username, or
+    "system" for changes no one made by hand), ``target_type`` (such as scheduling.resourcegroup)
+    and ``target`` (the changed row's id). The console's page and the API read it alike."""
+    qs = PolicyChange.objects.select_related("actor").order_by("-id")
+    if params.get("action"):
+        qs = qs.filter(action=params["action"])
+    actor = params.get("actor")
+    if actor:
+        qs = qs.filter(actor__isnull=True) if actor == "system" else qs.filter(actor__username=actor)
+    if params.get("target_type"):
+        qs = qs.filter(target_type=params["target_type"])
+    if params.get("target"):
+        qs = qs.filter(target_id=params["target"])
+    return qs
+
+
+def audit_changes(before: Any, after: Any) -> list[dict[str, Any]]:
+    """What an audit entry changed, field by field, nested objects as dotted names
+    (``policy.max_victims``): each ``{"field", "before", "after"}``. A creation or deletion (no
+    row on one side) lists nothing: the entry's action says it."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return []
+    old, new = _flat(before), _flat(after)
+    return [{"field": name, "before": old.get(name), "after": new.get(name)}
+            for name in sorted(old.keys() | new.keys()) if old.get(name) != new.get(name)]
+
+
+def _flat(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, dict) and item:
+            out.update(_flat(item, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = item
+    return out

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -27,11 +27,20 @@ from scheduling.actions.overrides import (
     group_policy_edit,
 )
 from scheduling.actions.policies import config_save, snapshot
-from scheduling.api.pagination import OldestFirst
+from scheduling.api.pagination import NewestFirst, OldestFirst
 from scheduling.api.permissions import IsOperator
 from scheduling.api.serializers import ReasonInput
-from scheduling.models import Allocation, Quota, ResourceGroup, SessionType, Tenant, VCluster
+from scheduling.models import (
+    Allocation,
+    PolicyChange,
+    Quota,
+    ResourceGroup,
+    SessionType,
+    Tenant,
+    VCluster,
+)
 from scheduling.preview import policy_preview
+from scheduling.selectors import audit_changes, audit_entries
 
 
 def _reason(request: Request) -> str:
@@ -253,3 +262,34 @@ class OverrideViewSet(viewsets.ViewSet):
     @action(detail=False, methods=["post"])
     def resume(self, request: Request) -> Response:
         return self._pause(request, False)
+
+
+class AuditOutput(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor.username", allow_null=True, default=None,
+                                  help_text="Null for a change no one made by hand.")
+    target = serializers.CharField(source="target_repr")
+    changes = serializers.SerializerMethodField(help_text="Field by field, nested ones as dotted names.")
+
+    class Meta:
+        model = PolicyChange
+        fields = ["id", "created_at", "actor", "action", "target_type", "target_id", "target", "reason",
+                  "changes", "before", "after"]
+        read_only_fields = fields
+
+    def get_changes(self, entry: PolicyChange) -> list[dict[str, Any]]:
+        return audit_changes(entry.before, entry.after)
+
+
+@extend_schema(parameters=[OpenApiParameter(name, str, description=text) for name, text in (
+    ("action", "create, edit, delete, protect, force_preempt, pause, resume, drain, undrain"),
+    ("actor", "a username, or 'system'"), ("target_type", "such as scheduling.resourcegroup"),
+    ("target", "the changed row's id"))])
+class AuditViewSet(viewsets.ReadOnlyModelViewSet):
+    """The audit log of policy changes and overrides, newest first (the console's Audit page)."""
+
+    permission_classes = [IsOperator]
+    pagination_class = NewestFirst
+    serializer_class = AuditOutput
+
+    def get_queryset(self) -> Any:
+        return audit_entries(self.request.query_params)

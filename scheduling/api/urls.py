@@ -4,6 +4,7 @@ from rest_framework.routers import DefaultRouter
 from nodes.api import NodeViewSet
 from scheduling.api.allocations import AllocationViewSet
 from scheduling.api.operators import (
+    AuditViewSet,
     OverrideViewSet,
     QuotaViewSet,
     ResourceGroupViewSet,
@@ -28,6 +29,7 @@ router.register("session-types", SessionTypeViewSet, basename="session-type")
 router.register("tenants", TenantViewSet, basename="tenant")
 router.register("quotas", QuotaViewSet, basename="quota")
 router.register("overrides", OverrideViewSet, basename="override")
+router.register("audit", AuditViewSet, basename="audit")
 
 urlpatterns = [
     path("simulate/", SimulateView.as_view(), name="simulate"),

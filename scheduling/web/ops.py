@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -37,6 +38,7 @@ from scheduling.models import (
 )
 from scheduling.preview import config_preview, policy_preview
 from scheduling.scheduler import pending_queue
+from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
 from scheduling.snapshot import policy_of
 
 
@@ -191,14 +193,18 @@ def pause(request: HttpRequest, name: str) -> HttpResponse:
 
 @operator_required
 def audit(request: HttpRequest) -> HttpResponse:
-    qs = PolicyChange.objects.select_related("actor").order_by("-id")
-    action = request.GET.get("action")
-    if action:
-        qs = qs.filter(action=action)
+    """The audit log, filtered as the API filters it, 50 entries a page behind an id cursor, each
+    with what it changed."""
+    filters = {name: request.GET.get(name, "") for name in AUDIT_FILTERS}
+    qs = audit_entries(filters)
     before = request.GET.get("before")
     if before and before.isdigit():
         qs = qs.filter(id__lt=int(before))
     page = list(qs[:50])
-    actions = PolicyChange.objects.values_list("action", flat=True).distinct().order_by("action")
-    return render(request, "ops/audit.html", {"changes": page, "actions": actions, "action": action,
-                                              "next": page[-1].pk if len(page) == 50 else None})
+    choices = {"actions": PolicyChange.objects.values_list("action", flat=True).distinct().order_by("action"),
+               "target_types": PolicyChange.objects.values_list("target_type", flat=True).distinct()
+               .order_by("target_type")}
+    return render(request, "ops/audit.html", {
+        "changes": [(c, audit_changes(c.before, c.after)) for c in page], "filters": filters, **choices,
+        "query": urlencode({k: v for k, v in filters.items() if v}),
+        "next": page[-1].pk if len(page) == 50 else None})
