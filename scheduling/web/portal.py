@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth.decorators import login_required
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -14,7 +15,7 @@ from scheduling.actions.admission import allocation_submit
 from scheduling.api.allocations import what_if
 from scheduling.api.serializers import AllocationInput
 from scheduling.errors import DomainError
-from scheduling.models import Allocation, Placement, ResourceGroup
+from scheduling.models import Allocation, Placement, ResourceGroup, SessionType, VCluster
 from scheduling.selectors import allocations_visible, events_of, explanation, tenant_ids
 from scheduling.states import FINAL
 
@@ -50,16 +51,31 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 class SubmitForm(forms.Form):
-    resource_group = forms.ModelChoiceField(queryset=ResourceGroup.objects.all(), to_field_name="name")
-    vcluster = forms.CharField(required=False)
-    session_type = forms.CharField(required=False)
+    """A job as a tenant member writes it; the API's own checks judge it (``AllocationInput``)."""
+
+    resource_group = forms.ModelChoiceField(queryset=ResourceGroup.objects.order_by("name"), to_field_name="name")
+    vcluster = forms.ChoiceField(required=False, label="vCluster")
+    session_type = forms.ChoiceField(required=False)
     nodes = forms.IntegerField(min_value=1, initial=1)
-    gpus_per_node = forms.IntegerField(min_value=0, initial=8)
+    gpus_per_node = forms.IntegerField(min_value=0, initial=8, label="GPUs per node")
     preemption_class = forms.IntegerField(min_value=0, max_value=10, initial=3)
     priority = forms.IntegerField(min_value=0, max_value=100, initial=10)
     checkpoint = forms.ChoiceField(choices=[("auto", "auto"), ("manual", "manual"), ("none", "none")])
     walltime_minutes = forms.FloatField(required=False, min_value=0.01)
     command = forms.CharField(required=False, help_text="space-separated")
+
+    def __init__(self, *args: Any, tenants: list[int], **kwargs: Any) -> None:
+        """``tenants``: the member's; the choices are the vClusters open to them and the session
+        types, each named with the resource groups that have it (names repeat across groups)."""
+        super().__init__(*args, **kwargs)
+        groups = list(self.fields["resource_group"].queryset)  # type: ignore[attr-defined]
+        if len(groups) == 1:
+            self.fields["resource_group"].initial = groups[0].name
+        open_to = VCluster.objects.filter(Q(tenants__isnull=True) | Q(tenants__in=tenants)).distinct()
+        self.fields["vcluster"].choices = [("", "the group's default")] + _by_name(
+            open_to.values_list("name", "resource_group__name"))
+        self.fields["session_type"].choices = [("", "none")] + _by_name(
+            SessionType.objects.values_list("name", "resource_group__name"))
 
     def payload(self) -> dict[str, Any]:
         d = self.cleaned_data
@@ -73,11 +89,19 @@ class SubmitForm(forms.Form):
         return out
 
 
+def _by_name(rows: Any) -> list[tuple[str, str]]:
+    """(name, group) rows as choices: each name once, labelled with its groups."""
+    groups: dict[str, set[str]] = {}
+    for name, group in rows:
+        groups.setdefault(name, set()).add(group)
+    return [(name, f"{name} ({', '.join(sorted(groups[name]))})") for name in sorted(groups)]
+
+
 @login_required
 def submit(request: HttpRequest) -> HttpResponse:
     whatif = None
     errors: dict[str, Any] = {}
-    form = SubmitForm(request.POST or None)
+    form = SubmitForm(request.POST or None, tenants=tenant_ids(request.user))
     if request.method == "POST" and form.is_valid():
         data = AllocationInput(data=form.payload(), context={"request": request})
         if not data.is_valid():

@@ -215,3 +215,23 @@ def test_risk_is_shown_only_for_work_that_can_still_be_preempted(client, make_al
     assert risk(guarded).startswith("protected until ") and risk(guarded).endswith("; 8 classes above")
     listing = client.get("/jobs/").content.decode()
     assert listing.count("none: it has ended") == 1 and listing.count("not preemptible") == 1
+
+
+def test_submit_form_offers_the_vclusters_open_to_the_tenant_and_the_session_types(
+        client, tenant_physics, tenant_chemistry, resource_group, vcluster_hpc):
+    from scheduling.models import Allocation, SessionType, VCluster
+
+    private = VCluster.objects.create(resource_group=resource_group, name="chem-only", type="hpc_batch")
+    private.tenants.add(tenant_chemistry)
+    SessionType.objects.create(resource_group=resource_group, name="batch")
+    client.force_login(tenant_physics.memberships.first().user)
+    page = client.get("/jobs/new/").content.decode()
+    assert '<option value="hpc">hpc (rg-main)</option>' in page
+    assert '<option value="batch">batch (rg-main)</option>' in page
+    assert "chem-only" not in page
+    assert f'<option value="{resource_group.name}" selected>' in page  # the only group
+    refused = client.post("/jobs/new/", {"resource_group": resource_group.name, "vcluster": "chem-only",
+                                         "nodes": 1, "gpus_per_node": 8, "preemption_class": 3, "priority": 10,
+                                         "checkpoint": "auto", "action": "submit"})
+    assert refused.status_code == 200 and "Select a valid choice" in refused.content.decode()
+    assert not Allocation.objects.exists()
