@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -40,6 +41,7 @@ from scheduling.preview import config_preview, policy_preview
 from scheduling.scheduler import pending_queue
 from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
 from scheduling.snapshot import policy_of
+from scheduling.states import HOLDING, State
 
 
 def operator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -55,9 +57,20 @@ def operator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRe
 
 @operator_required
 def console(request: HttpRequest) -> HttpResponse:
-    groups = ResourceGroup.objects.order_by("name")
+    groups = list(ResourceGroup.objects.order_by("name"))
+    nodes = _counts(Node.objects.all())
+    work = _counts(Allocation.objects.filter(state__in=[State.PENDING, *HOLDING]))
     decisions = PreemptionDecision.objects.select_related("resource_group").order_by("-id")[:30]
-    return render(request, "ops/console.html", {"groups": groups, "decisions": decisions})
+    return render(request, "ops/console.html", {
+        "groups": [(g, nodes.get(g.pk, []), work.get(g.pk, [])) for g in groups], "decisions": decisions})
+
+
+def _counts(qs: Any) -> dict[int, list[tuple[str, int]]]:
+    """Per resource group, how many rows of ``qs`` are in each state (one query), most first, ties by name."""
+    out: dict[int, list[tuple[str, int]]] = {}
+    for row in qs.values("resource_group_id", "state").annotate(n=Count("id")).order_by("resource_group_id", "-n", "state"):
+        out.setdefault(row["resource_group_id"], []).append((row["state"], row["n"]))
+    return out
 
 
 @operator_required

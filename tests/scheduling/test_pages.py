@@ -235,3 +235,22 @@ def test_submit_form_offers_the_vclusters_open_to_the_tenant_and_the_session_typ
                                          "checkpoint": "auto", "action": "submit"})
     assert refused.status_code == 200 and "Select a valid choice" in refused.content.decode()
     assert not Allocation.objects.exists()
+
+
+def test_console_sums_up_each_group_nodes_and_work_by_state(client, operator, resource_group, two_nodes,
+                                                            make_allocation, vcluster_hpc):
+    from nodes.models import Node
+
+    Node.objects.filter(pk=two_nodes[1].pk).update(state="down")
+    for state in ("running", "pending", "pending", "completed"):
+        make_allocation(state=state, node_count=1, per_node_gpu=8, vcluster=vcluster_hpc)
+    ResourceGroup.objects.create(name="rg-empty", policy={"kind": "priority"}, paused=True, shadow=True)
+    client.force_login(operator)
+    page = client.get("/ops/").content.decode()
+    rows = {re.search(r'<a href="/ops/groups/([\w-]+)/">', row).group(1):
+            " ".join(re.sub(r"<[^>]+>", " ", row.split("</tr>")[0]).split()).replace(" ,", ",")
+            for row in page.split('<tr class="group-row">')[1:]}
+    assert "active" in rows["rg-main"] and "1 down, 1 ready" in rows["rg-main"]
+    assert "2 pending, 1 running" in rows["rg-main"] and "completed" not in rows["rg-main"]
+    assert "paused" in rows["rg-empty"] and "shadow" in rows["rg-empty"] and "active" not in rows["rg-empty"]
+    assert "none" in rows["rg-empty"] and "idle" in rows["rg-empty"]
