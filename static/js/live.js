@@ -11,6 +11,9 @@
   if (!feed || !window.WebSocket) return;
   var scheme = location.protocol === "https:" ? "wss://" : "ws://";
   var queue = [], timer = null;
+  function job(id) {  // an allocation named in an event, linked to its page
+    var a = document.createElement("a"); a.href = "/jobs/" + id + "/"; a.textContent = "#" + id; return a;
+  }
   function flush() {  // coalesce bursts: one DOM update per animation frame
     timer = null;
     queue.splice(0).forEach(function (ev) {
@@ -24,10 +27,19 @@
         var a = document.createElement("a"); a.href = "/ops/decisions/" + ev.decision + "/"; a.textContent = text;
         li.appendChild(a);
       } else if (ev.allocation) {
-        li.textContent = text + ": #" + ev.allocation + " " + (ev.state || "");
+        li.appendChild(document.createTextNode(text + ": "));
+        li.appendChild(job(ev.allocation));
+        li.appendChild(document.createTextNode(" " + (ev.state || "")));
       } else if (ev.allocations) {
-        li.textContent = text + ": " + ev.allocations.map(function (x) { return "#" + x; }).join(", ");
+        li.appendChild(document.createTextNode(text + ":"));
+        ev.allocations.forEach(function (x) { li.appendChild(document.createTextNode(" ")); li.appendChild(job(x)); });
       } else { li.textContent = text; }
+      var when = new Date();  // when it arrived, as the server-rendered entries show when they were made
+      var time = document.createElement("time");
+      time.setAttribute("datetime", when.toISOString());
+      time.textContent = when.toLocaleString();
+      li.appendChild(document.createTextNode(" "));
+      li.appendChild(time);
       feed.insertBefore(li, feed.firstChild);
       while (feed.children.length > 200) feed.removeChild(feed.lastChild);
     });

@@ -61,6 +61,11 @@ def test_preemption_through_the_api_appears_in_the_open_console_without_reload(
     page.wait_for_selector("#live-feed li.decision a:has-text('PREEMPT')", timeout=2_000)
     assert time.monotonic() - sent < 2.5
     assert Allocation.objects.get(pk=low.pk).state == "checkpointing"
+    # The victim's state change arrives too, linked to its page and stamped with when it came.
+    change = page.wait_for_selector(f"#live-feed li.allocation-state:has(a[href='/jobs/{low.pk}/'])",
+                                    timeout=2_000)
+    assert "checkpointing" in change.inner_text()
+    assert change.query_selector("time[datetime]") is not None
 
 
 def test_tenant_reads_the_explanation_and_cannot_see_others(login, live_server_url, resource_group, vcluster_hpc,
