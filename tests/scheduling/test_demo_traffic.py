@@ -17,16 +17,16 @@ def test_submits_through_the_api_as_each_tenant_and_revokes_its_tokens(live_serv
     call_command("seed_demo", stdout=io.StringIO())
     before = set(Allocation.objects.values_list("pk", flat=True))
     out = io.StringIO()
-    call_command("demo_traffic", "--url", live_server.url, "--count", "12", "--interval", "0.01", "--seed", "7",
+    call_command("demo_traffic", "--url", live_server.url, "--count", "20", "--interval", "0.01", "--seed", "7",
                  stdout=out)
     lines = out.getvalue().splitlines()
-    assert len(lines) == 12
+    assert len(lines) == 20
     submitted = {int(m.group(1)): m.group(2) for line in lines
                  if (m := re.match(r"submitted #(\d+) \((\w+): ", line))}
     assert submitted, lines
     created = Allocation.objects.exclude(pk__in=before).select_related("tenant", "resource_group")
     assert {a.pk: a.tenant.name for a in created} == submitted  # as the tenant the line names, nothing else
-    assert {a.resource_group.name for a in created} == {"gpu-main"}
+    assert {a.resource_group.name for a in created} == {"gpu-main", "shared-east"}  # both groups' models act
     assert all(not re.match(r"server unreachable", line) for line in lines)
     assert not ApiToken.objects.filter(revoked_at__isnull=True).exists()
 

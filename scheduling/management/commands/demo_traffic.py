@@ -26,10 +26,11 @@ from scheduling.actions.tokens import api_token_issue, api_token_revoke
 from scheduling.models import Membership, ResourceGroup
 from scheduling.models.secrets import PREFIX_LEN
 
-GROUP = "gpu-main"
+# (resource group, weight, its vClusters with weights): both of the demo's groups, so both their
+# preemption models (class cost, session ranks) act live; the sensitive vCluster is left alone.
+GROUPS = [("gpu-main", 3, [("hpc", 3), ("ml", 2)]), ("shared-east", 2, [("east", 3), ("lab", 2)])]
 # (session type, weight, class range): scavengers fill idle nodes, production work takes them back.
 SESSIONS = [("scavenger", 4, (0, 1)), ("batch", 5, (2, 5)), ("production", 2, (6, 8)), ("critical", 1, (9, 9))]
-VCLUSTERS = [("hpc", 3), ("ml", 2)]
 
 
 @dataclass
@@ -51,8 +52,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["interval"] <= 0:
             raise CommandError("--interval must be positive", returncode=2)
-        if not ResourceGroup.objects.filter(name=GROUP).exists():
-            raise CommandError(f"no resource group {GROUP!r}: run manage.py seed_demo first", returncode=2)
+        missing = sorted({name for name, _, _ in GROUPS} - set(ResourceGroup.objects.values_list("name", flat=True)))
+        if missing:
+            raise CommandError(f"no resource group {', '.join(missing)}: run manage.py seed_demo first",
+                               returncode=2)
         members = [Member(m.tenant.name, m.user, "") for m in
                    Membership.objects.select_related("tenant", "user").filter(user__is_active=True)
                    .order_by("tenant__name")]
@@ -81,7 +84,7 @@ class Command(BaseCommand):
                                          method="POST", headers={"Content-Type": "application/json",
                                                                  "Authorization": f"Token {member.token}"})
         what = (f"{member.tenant}: {body['nodes']} node(s), class {body['preemption_class']}, "
-                f"{body['session_type']} in {body['vcluster']}")
+                f"{body['session_type']} in {body['resource_group']}/{body['vcluster']}")
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return f"submitted #{json.load(response)['id']} ({what})"
@@ -102,10 +105,11 @@ def _stop(*_: Any) -> None:
 
 def submission(rng: random.Random, tenant: str) -> dict[str, Any]:
     """One allocation request of the mix, as a tenant would send it."""
+    group, _, vclusters = rng.choices(GROUPS, weights=[w for _, w, _ in GROUPS])[0]
     session, _, (low, high) = rng.choices(SESSIONS, weights=[w for _, w, _ in SESSIONS])[0]
-    vcluster = rng.choices([v for v, _ in VCLUSTERS], weights=[w for _, w in VCLUSTERS])[0]
+    vcluster = rng.choices([v for v, _ in vclusters], weights=[w for _, w in vclusters])[0]
     return {
-        "resource_group": GROUP, "vcluster": vcluster, "session_type": session,
+        "resource_group": group, "vcluster": vcluster, "session_type": session,
         "name": f"{tenant}-{session}-{rng.randrange(10_000):04d}",
         "nodes": rng.choice([1, 1, 1, 2, 2, 4]), "per_node": {"gpu": 8, "cpu": 64, "memory": 512},
         "preemption_class": rng.randint(low, high), "priority": rng.randint(10, 90),
