@@ -1,6 +1,6 @@
 """manage.py demo_traffic: the demo's tenants submitting work through the API, so the console lives.
 
-    manage.py demo_traffic --url http://127.0.0.1:8000 [--interval 6] [--count N] [--seed S]
+    manage.py demo_traffic --url http://127.0.0.1:8000 [--interval 3] [--count N] [--seed S]
 
 A client like any other: each demo member gets an API token (revoked again on exit)
 and submits allocations of varied size, class, session type and checkpointing over
@@ -45,7 +45,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--url", default="http://127.0.0.1:8000", help="the Lattice server")
-        parser.add_argument("--interval", type=float, default=6.0, help="mean seconds between submissions")
+        parser.add_argument("--interval", type=float, default=3.0, help="mean seconds between submissions")
         parser.add_argument("--count", type=int, default=0, help="stop after this many (0: run until stopped)")
         parser.add_argument("--seed", type=int, default=None)
 
