@@ -40,11 +40,14 @@ def test_console_pages_render_for_operators(client, operator, resource_group, tw
     schedule_pass(resource_group.pk)
     decision = high.decisions.get()
     client.force_login(operator)
-    assert b"gpu-a" in client.get(f"/ops/groups/{resource_group.name}/").content
+    group_page = client.get(f"/ops/groups/{resource_group.name}/").content.decode()
+    assert "gpu-a" in group_page
+    victim = decision.victims[0]["id"]
+    assert f'<a href="/jobs/{victim}/">#{victim}</a>' in group_page  # on its node
+    assert f'<a href="/jobs/{high.pk}/">#{high.pk}</a>' in group_page  # in the queue
     page = client.get(f"/ops/decisions/{decision.pk}/").content.decode()
     assert "PREEMPT" in page and "SELECTED" in page
     # Each allocation named links to its page; the policy reads as the JSON it is stored as.
-    victim = decision.victims[0]["id"]
     assert f'<a href="/jobs/{victim}/">#{victim}</a>' in page
     assert f'<a href="/jobs/{high.pk}/">#{high.pk}</a>' in page
     shown = re.search(r"<h2>Policy as it was</h2><pre>(.*?)</pre>", page, re.S)
