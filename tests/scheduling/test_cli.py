@@ -1,0 +1,134 @@
+"""The tenants' command line against a live server: every command, its exit codes, and that a
+refusal or a bad file changes nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from scheduling.actions.tokens import api_token_issue
+from scheduling.cli import main
+from scheduling.models import Allocation
+from scheduling.scheduler import schedule_pass
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def lattice(live_server, tenant_physics, resource_group, vcluster_hpc, node_gpu_a, tmp_path):
+    """Run the command line as alice against the live server: (exit code, stdout)."""
+    token_file = tmp_path / "token"
+    token_file.write_text(api_token_issue(user=tenant_physics.memberships.first().user) + "\n")
+
+    def run(*argv: str, token: str | None = None) -> tuple[int, str]:
+        out = io.StringIO()
+        auth = ["--token-file", str(token_file)] if token is None else ["--token-file", token]
+        return main(["--url", live_server.url, *auth, *argv], out=out), out.getvalue()
+
+    return run
+
+
+def test_submit_list_show_events_explain_and_cancel(lattice, resource_group):
+    code, out = lattice("submit", "--group", "rg-main", "--vcluster", "hpc", "--gpus", "8", "--class", "3",
+                        "--name", "train", "--", "python", "train.py", "--epochs", "3")
+    assert code == 0, out
+    alloc = Allocation.objects.get()
+    # Pending, or already running where the pass runs within the request (no broker configured).
+    assert out.strip() == f"submitted #{alloc.pk} ({alloc.state})" and alloc.state in ("pending", "running")
+    assert (alloc.tenant.name, alloc.name, alloc.per_node_gpu, alloc.preemption_class, alloc.command) == (
+        "physics", "train", 8, 3, ["python", "train.py", "--epochs", "3"])
+
+    schedule_pass(resource_group.pk)
+    code, out = lattice("list")
+    assert code == 0 and out.split()[:2] == [f"#{alloc.pk}", "running"]
+    code, out = lattice("--json", "list", "--state", "running")
+    assert code == 0 and [a["id"] for a in json.loads(out)] == [alloc.pk]
+    assert lattice("list", "--state", "pending") == (0, "no allocations\n")
+    code, out = lattice("show", str(alloc.pk))
+    assert code == 0 and "rg-main/hpc" in out and "1 x 8 gpu" in out
+    code, out = lattice("events", str(alloc.pk))
+    assert code == 0 and [line.split("-> ")[1].split()[0] for line in out.splitlines()] == ["pending", "running"]
+    code, out = lattice("explain", str(alloc.pk))
+    assert code == 0 and out.splitlines()[0] == f"#{alloc.pk} is running"
+    assert lattice("cancel", str(alloc.pk)) == (0, f"#{alloc.pk} is cancelled\n")
+    assert Allocation.objects.get().state == "cancelled"
+
+
+def test_what_if_prints_the_decision_and_stores_nothing(lattice):
+    code, out = lattice("submit", "--group", "rg-main", "--vcluster", "hpc", "--gpus", "8", "--what-if")
+    assert code == 0 and out.startswith("would fits (FITS): ") and out.rstrip().endswith("(nothing stored)")
+    assert not Allocation.objects.exists()
+
+
+def test_a_job_file_with_flags_over_it(lattice, tmp_path):
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"resource_group": "rg-main", "vcluster": "hpc", "per_node": {"gpu": 4, "cpu": 8},
+                               "preemption_class": 2, "command": ["sleep", "60"]}))
+    code, out = lattice("submit", "--file", str(job), "--class", "5", "--gpus", "8")
+    assert code == 0, out
+    alloc = Allocation.objects.get()
+    assert (alloc.preemption_class, alloc.per_node_gpu, alloc.per_node_cpu, alloc.command) == (5, 8, 8, ["sleep", "60"])
+
+
+@pytest.mark.parametrize("content, message", [("{not json", "is not JSON"), ("[1, 2]", "must hold a JSON object"),
+                                              ('{"vcluster": "hpc"}', "needs a resource group")])
+def test_a_bad_job_file_is_exit_2_and_sends_nothing(lattice, tmp_path, capsys, content, message):
+    job = tmp_path / "job.json"
+    job.write_text(content)
+    assert lattice("submit", "--file", str(job)) == (2, "")
+    assert message in capsys.readouterr().err
+    assert not Allocation.objects.exists()
+
+
+def test_refusals_are_exit_1_with_the_servers_reason(lattice, tmp_path, capsys, tenant_chemistry,
+                                                     resource_group, vcluster_hpc):
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"resource_group": "rg-main", "per_node": {"tpu": 1}}))
+    assert lattice("submit", "--file", str(job)) == (1, "")
+    assert "400: per_node: unknown resource(s) tpu" in capsys.readouterr().err
+    assert lattice("submit", "--group", "rg-main", "--vcluster", "hpc", "--gpus", "8", "--nodes", "9") == (1, "")
+    assert "409: max_nodes" in capsys.readouterr().err  # the quota: 8 nodes
+    assert not Allocation.objects.exists()
+
+    theirs = Allocation.objects.create(resource_group=resource_group, vcluster=vcluster_hpc, tenant=tenant_chemistry,
+                                       user=tenant_chemistry.memberships.first().user, state="pending",
+                                       node_count=1, per_node_gpu=8, submitted_at="2026-05-01T10:00:00Z")
+    assert lattice("cancel", str(theirs.pk)) == (1, "")
+    assert "404" in capsys.readouterr().err
+    assert Allocation.objects.get(pk=theirs.pk).state == "pending"
+
+    wrong = tmp_path / "wrong"
+    wrong.write_text("lat_" + "x" * 40)
+    assert lattice("list", token=str(wrong)) == (1, "")
+    assert "401" in (err := capsys.readouterr().err) or "403" in err
+    assert "Invalid or revoked token" in err
+
+
+def test_usage_errors_are_exit_2(lattice, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("LATTICE_TOKEN", raising=False)
+    assert main(["--url", "http://127.0.0.1:9", "list"], out=io.StringIO()) == 2
+    assert "no API token" in capsys.readouterr().err
+    assert lattice("list", token=str(tmp_path / "missing")) == (2, "")
+    assert "cannot read the token file" in capsys.readouterr().err
+    assert lattice("frobnicate") == (2, "")
+
+
+def test_an_unreachable_server_is_exit_1(tmp_path, capsys):
+    token = tmp_path / "token"
+    token.write_text("lat_x")
+    assert main(["--url", "http://127.0.0.1:9", "--token-file", str(token), "list"], out=io.StringIO()) == 1
+    assert "cannot reach" in capsys.readouterr().err
+
+
+def test_it_runs_without_django():
+    """It runs where a tenant works: importing it pulls in nothing of Django."""
+    code = "import sys, scheduling.cli; print(any(m == 'django' or m.startswith('django.') for m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
