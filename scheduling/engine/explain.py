@@ -67,7 +67,7 @@ def explain(req: Allocation, policy: Policy, outcome: str, code: str, nodes: tup
     if outcome == "wait":
         text = WAIT_TEXT.get(code, code).format(
             nodes=_list(nodes), bound=_n(policy.max_victims), value=_n(req.value))
-        return f"{head}; no free capacity, and {text}."
+        return f"{head}; no free capacity on the nodes it may use, and {text}."
     reasons = sorted({v.reason for v in victims})
     why = {
         "priority": f"lower-{'class' if policy.kind == 'class_cost' else 'priority'} work",
@@ -79,5 +79,5 @@ def explain(req: Allocation, policy: Policy, outcome: str, code: str, nodes: tup
     actions = sorted({ACTION_TEXT.get((policy.mode, v.action), "stopped") for v in victims})
     count = len(victims)
     noun = "allocation" if count == 1 else "allocations"
-    return (f"{head}; no free capacity, so {count} {noun} ({parts}) will be "
+    return (f"{head}; no free capacity on the nodes it may use, so {count} {noun} ({parts}) will be "
             f"{' or '.join(actions)} to run it on {_list(nodes)}.")
