@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -17,7 +18,7 @@ from scheduling.api.serializers import AllocationInput
 from scheduling.errors import DomainError
 from scheduling.models import Allocation, Placement, ResourceGroup, SessionType, VCluster
 from scheduling.selectors import allocations_visible, events_of, explanation, tenant_ids
-from scheduling.states import FINAL
+from scheduling.states import FINAL, State
 
 
 def _risks(allocs: list[Allocation]) -> list[dict[str, Any] | None]:
@@ -33,10 +34,31 @@ def _risks(allocs: list[Allocation]) -> list[dict[str, Any] | None]:
         "borrowed": a.pk in on_borrowed, "classes_above": 10 - a.preemption_class} for a in allocs]
 
 
+PAGE = 50
+
+
 @login_required
 def jobs(request: HttpRequest) -> HttpResponse:
-    mine = list(allocations_visible(request.user).filter(tenant_id__in=tenant_ids(request.user)).order_by("-id")[:100])
-    return render(request, "jobs/list.html", {"jobs": list(zip(mine, _risks(mine), strict=True))})
+    """The member's tenants' work, newest first, 50 a page behind an id cursor, optionally only
+    the live ones (not yet ended), the ended ones, or one state."""
+    qs = allocations_visible(request.user).filter(tenant_id__in=tenant_ids(request.user)).order_by("-id")
+    state = request.GET.get("state", "")
+    if state == "live":
+        qs = qs.exclude(state__in=FINAL)
+    elif state == "ended":
+        qs = qs.filter(state__in=FINAL)
+    elif state in State.values:
+        qs = qs.filter(state=state)
+    else:
+        state = ""
+    before = request.GET.get("before", "")
+    if before.isdigit():
+        qs = qs.filter(pk__lt=int(before))
+    mine = list(qs[:PAGE])
+    return render(request, "jobs/list.html", {
+        "jobs": list(zip(mine, _risks(mine), strict=True)), "state": state, "states": State.values,
+        "query": urlencode({"state": state} if state else {}),
+        "next": mine[-1].pk if len(mine) == PAGE else None})
 
 
 @login_required
@@ -45,6 +67,8 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     if alloc is None:
         raise Http404("no such allocation")
     latest, preemptions = explanation(alloc, request.user)
+    for p in preemptions:  # the preemptor is an id when the reader may open it, else its class in words
+        p["own_preemptor"] = p["preemptor"] if isinstance(p["preemptor"], int) else None
     return render(request, "jobs/detail.html", {
         "job": alloc, "risk": _risks([alloc])[0], "events": events_of(alloc), "preemptions": preemptions,
         "waiting": latest if alloc.state == "pending" else None})

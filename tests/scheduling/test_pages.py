@@ -257,3 +257,44 @@ def test_console_sums_up_each_group_nodes_and_work_by_state(client, operator, re
     assert "2 pending, 1 running" in rows["rg-main"] and "completed" not in rows["rg-main"]
     assert "paused" in rows["rg-empty"] and "shadow" in rows["rg-empty"] and "active" not in rows["rg-empty"]
     assert "none" in rows["rg-empty"] and "idle" in rows["rg-empty"]
+
+
+def test_my_jobs_are_paged_and_filtered_by_state(client, tenant_physics, make_allocation):
+    made = [make_allocation(state="completed" if i % 3 == 0 else "pending", node_count=1, per_node_gpu=8,
+                            name=f"job-{i}") for i in range(120)]
+    client.force_login(tenant_physics.memberships.first().user)
+
+    def listed(url: str) -> tuple[list[int], str | None]:
+        page = client.get(url).content.decode()
+        ids = [int(x) for x in re.findall(r'<td><a href="/jobs/(\d+)/">', page)]
+        older = re.search(r'<a href="(\?before=[^"]+)">older</a>', page)
+        return ids, (older.group(1).replace("&amp;", "&") if older else None)
+
+    def walk(url: str) -> list[int]:
+        seen: list[int] = []
+        while url:
+            ids, older = listed(url)
+            seen += ids
+            url = f"/jobs/{older}" if older else ""
+        return seen
+
+    newest_first = sorted((a.pk for a in made), reverse=True)
+    assert walk("/jobs/") == newest_first
+    assert walk("/jobs/?state=pending") == [a.pk for a in reversed(made) if a.state == "pending"]
+    assert listed("/jobs/?state=pending")[1].endswith("&state=pending")  # the filter holds on older pages
+    assert walk("/jobs/?state=ended") == [a.pk for a in reversed(made) if a.state == "completed"]
+    assert walk("/jobs/?state=live") == walk("/jobs/?state=pending")
+    assert walk("/jobs/?state=nonsense") == newest_first  # an unknown filter shows everything
+
+
+def test_a_preemption_by_the_tenant_s_own_work_links_to_it(client, tenant_physics, resource_group, two_nodes,
+                                                          make_allocation, vcluster_hpc):
+    low = [make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
+                           vcluster=vcluster_hpc) for _ in range(2)]
+    schedule_pass(resource_group.pk)
+    high = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=8, vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    victim = next(a for a in low if a.preempted_in.exists())
+    client.force_login(tenant_physics.memberships.first().user)
+    page = client.get(f"/jobs/{victim.pk}/").content.decode()
+    assert f'by <a href="/jobs/{high.pk}/">#{high.pk}</a>' in page
