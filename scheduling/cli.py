@@ -3,7 +3,7 @@
     python -m scheduling.cli [--url URL] [--token-file PATH] [--json] COMMAND ...
 
     submit --group G [--vcluster V] [--session-type S] [--nodes N] [--gpus N] [--cpus N]
-           [--memory GB] [--class C] [--priority P] [--checkpoint auto|manual|none]
+           [--memory N] [--class C] [--priority P] [--checkpoint auto|manual|none]
            [--walltime MIN] [--name NAME] [--file JOB.json] [--what-if] [-- COMMAND ...]
     list [--state S[,S]] [--group G]
     show ID | events ID | explain ID | cancel ID
@@ -29,7 +29,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -82,7 +82,7 @@ def _error_text(raw: bytes) -> str:
     except ValueError:
         return raw.decode(errors="replace").strip()[:500] or "no message"
     if isinstance(body, dict):
-        if "detail" in body and len(body) == 1 or "error" in body:
+        if ("detail" in body and len(body) == 1) or "error" in body:
             return str(body.get("detail", body.get("error")))
         return "; ".join(f"{field}: {' '.join(map(str, msgs)) if isinstance(msgs, list) else msgs}"
                          for field, msgs in body.items())
@@ -112,7 +112,8 @@ def job_document(args: argparse.Namespace) -> dict[str, Any]:
         doc["command"] = args.command[1:] if args.command[0] == "--" else args.command
     if "resource_group" not in doc:
         raise Usage("a job needs a resource group: --group, or resource_group in --file")
-    doc.setdefault("per_node", {"gpu": 1})
+    if not doc.get("per_node"):
+        raise Usage("a job needs resources per node: --gpus, --cpus or --memory, or per_node in --file")
     return doc
 
 
@@ -231,9 +232,5 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
-def _main() -> NoReturn:
-    sys.exit(main())
-
-
 if __name__ == "__main__":
-    _main()
+    sys.exit(main())

@@ -71,8 +71,8 @@ def allocation_place(*, allocation: Allocation, node_ids: dict[str, int], nodes:
             lent = list(Node.objects.select_for_update().filter(name__in=borrowed).order_by("pk")
                         .values_list("pk", flat=True))
             Node.objects.filter(pk__in=lent, borrowed_by__isnull=True).update(borrowed_by=alloc.vcluster_id)
-        allocation_transition(allocation=alloc, to=State.RUNNING, reason=placed_reason(nodes), decision=decision, now=moment,
-                              fields={"started_at": moment, "ran_on": list(nodes)})
+        allocation_transition(allocation=alloc, to=State.RUNNING, reason=placed_reason(nodes), decision=decision,
+                              now=moment, fields={"started_at": moment, "ran_on": list(nodes)})
         for name in nodes:
             agent_command_on_commit(name, start_frame(alloc, name))
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state, "nodes": nodes},
