@@ -66,9 +66,10 @@ def console(request: HttpRequest) -> HttpResponse:
 
 
 def _counts(qs: Any) -> dict[int, list[tuple[str, int]]]:
-    """Per resource group, how many rows of ``qs`` are in each state (one query), most first, ties by name."""
+    """Per resource group, how many rows of ``qs`` are in each state (one query), the most first."""
     out: dict[int, list[tuple[str, int]]] = {}
-    for row in qs.values("resource_group_id", "state").annotate(n=Count("id")).order_by("resource_group_id", "-n", "state"):
+    rows = qs.values("resource_group_id", "state").annotate(n=Count("id"))
+    for row in rows.order_by("resource_group_id", "-n", "state"):
         out.setdefault(row["resource_group_id"], []).append((row["state"], row["n"]))
     return out
 

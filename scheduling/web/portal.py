@@ -96,7 +96,7 @@ class SubmitForm(forms.Form):
         if len(groups) == 1:
             self.fields["resource_group"].initial = groups[0].name
         open_to = VCluster.objects.filter(Q(tenants__isnull=True) | Q(tenants__in=tenants)).distinct()
-        self.fields["vcluster"].choices = [("", "the group's default")] + _by_name(
+        self.fields["vcluster"].choices = [("", "none")] + _by_name(
             open_to.values_list("name", "resource_group__name"))
         self.fields["session_type"].choices = [("", "none")] + _by_name(
             SessionType.objects.values_list("name", "resource_group__name"))
