@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from nodes import views as node_views
 from scheduling import views
 from scheduling.metrics import metrics_view
 from scheduling.web import ops, portal
@@ -22,6 +23,7 @@ urlpatterns = [
     path("ops/groups/<slug:name>/<slug:kind>/<int:pk>/", ops.config_editor, name="ops-config"),
     path("ops/decisions/<int:pk>/", ops.decision_detail, name="ops-decision"),
     path("ops/allocations/<int:pk>/override/", ops.override, name="ops-override"),
+    path("ops/nodes/<slug:name>/", node_views.node_detail, name="ops-node"),
     path("jobs/", portal.jobs, name="jobs"),
     path("jobs/new/", portal.submit, name="job-submit"),
     path("jobs/<int:pk>/", portal.job_detail, name="job-detail"),

@@ -59,6 +59,17 @@ def agent_token_revoke(*, node: Node) -> int:
     return AgentToken.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 
+def agent_token_replace(*, node: Node, actor: Any, reason: str = "") -> str:
+    """An operator's new token for the node's agent (shown once): every earlier one is revoked in
+    the same transaction, and the audit log says who did it and why."""
+    with transaction.atomic():
+        revoked = agent_token_revoke(node=node)
+        token = agent_token_issue(node=node)
+        policy_change_record(actor=actor, action="agent_token", target=node, before={"active_tokens": revoked},
+                             after={"active_tokens": 1}, reason=reason)
+    return token
+
+
 def agent_authenticate(token: str) -> Node | None:
     found = AgentToken.lookup(token, "node")
     return found.node if found is not None else None

@@ -50,7 +50,9 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
 
     @action(detail=True, methods=["post"], url_path="agent-token")
     def agent_token(self, request: Request, name: str | None = None) -> Response:
+        """A new token for the node's agent, in this response only; earlier ones are revoked.
+        A ``reason`` is optional here and kept in the audit log."""
         node = self.get_object()
-        actions.agent_token_revoke(node=node)
-        token: Any = actions.agent_token_issue(node=node)
+        reason = str(request.data.get("reason", ""))[:2000] if hasattr(request.data, "get") else ""
+        token: Any = actions.agent_token_replace(node=node, actor=request.user, reason=reason)
         return Response({"node": node.name, "token": token, "note": "shown once; earlier tokens are revoked"})

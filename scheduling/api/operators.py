@@ -281,7 +281,7 @@ class AuditOutput(serializers.ModelSerializer):
 
 
 @extend_schema(parameters=[OpenApiParameter(name, str, description=text) for name, text in (
-    ("action", "create, edit, delete, protect, force_preempt, pause, resume, drain, undrain"),
+    ("action", "create, edit, delete, protect, force_preempt, pause, resume, drain, undrain, agent_token"),
     ("actor", "a username, or 'system'"), ("target_type", "such as scheduling.resourcegroup"),
     ("target", "the changed row's id"))])
 class AuditViewSet(viewsets.ReadOnlyModelViewSet):

@@ -63,8 +63,10 @@ def test_operators_drain_undrain_and_issue_tokens_others_cannot(client, operator
         ("drain", "firmware"), ("undrain", "done")]
     token = client.post("/api/v1/nodes/gpu-a/agent-token/").json()["token"]
     assert agent_authenticate(token) == Node.objects.get(name="gpu-a")
-    again = client.post("/api/v1/nodes/gpu-a/agent-token/").json()["token"]
+    again = client.post("/api/v1/nodes/gpu-a/agent-token/", {"reason": "reimaged"}).json()["token"]
     assert agent_authenticate(token) is None and agent_authenticate(again) is not None
+    assert list(PolicyChange.objects.filter(action="agent_token").order_by("id").values_list("reason", "actor")) == [
+        ("", operator.pk), ("reimaged", operator.pk)]  # each issue audited, the token itself never
 
 
 def test_batched_heartbeats_are_judged_in_arrival_order(node_gpu_a, resource_group):

@@ -1,0 +1,46 @@
+"""The console's node page (/ops/nodes/NAME/): what the node is and runs, drain and undrain, and a
+new agent token shown once. Operators only; every change with a reason, audited."""
+
+from __future__ import annotations
+
+from django import forms
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
+
+from nodes import actions
+from nodes.models import Node, NodeState
+from scheduling.models import Placement
+from scheduling.selectors import audit_changes, audit_entries
+from scheduling.web.ops import operator_required
+
+ACTIONS = ("drain", "undrain", "agent_token")
+
+
+class NodeChange(forms.Form):
+    action = forms.ChoiceField(choices=[(a, a) for a in ACTIONS])
+    reason = forms.CharField(max_length=2000, help_text="Why; kept in the audit log.")
+
+
+@operator_required
+@never_cache  # the page that shows a new token must not be kept by any cache
+def node_detail(request: HttpRequest, name: str) -> HttpResponse:
+    node = get_object_or_404(Node.objects.select_related("resource_group", "vcluster", "borrowed_by"), name=name)
+    form = NodeChange(request.POST or None)
+    token = None
+    if request.method == "POST" and form.is_valid():
+        what, reason = form.cleaned_data["action"], form.cleaned_data["reason"]
+        if what == "agent_token":
+            token = actions.agent_token_replace(node=node, actor=request.user, reason=reason)
+            form = NodeChange()
+        else:
+            (actions.node_drain if what == "drain" else actions.node_undrain)(
+                node=node, actor=request.user, reason=reason)
+            return redirect("ops-node", name=node.name)
+    running = Placement.objects.filter(node=node).select_related("allocation__tenant").order_by("allocation_id")
+    history = list(audit_entries({"target_type": Node._meta.label_lower, "target": str(node.pk)})[:20])
+    return render(request, "ops/node.html", {
+        "node": node, "form": form, "token": token, "placements": running,
+        "drainable": node.state not in (NodeState.DRAINING, NodeState.DRAINED),
+        "history": [(c, audit_changes(c.before, c.after)) for c in history],
+    }, status=400 if form.errors else 200)
