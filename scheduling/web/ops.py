@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
@@ -15,6 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from nodes.models import Node
@@ -171,7 +173,17 @@ def config_editor(request: HttpRequest, name: str, kind: str, pk: int) -> HttpRe
 class OverrideForm(forms.Form):
     action = forms.ChoiceField(choices=[("protect", "protect"), ("force_preempt", "force preempt")])
     until = forms.DateTimeField(required=False)
+    hours = forms.FloatField(required=False, min_value=0.01, max_value=24 * 90,
+                             help_text="protect for this long from now (instead of until)")
     reason = forms.CharField(max_length=2000)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if cleaned.get("action") == "protect" and not cleaned.get("until"):
+            if not cleaned.get("hours"):
+                raise forms.ValidationError("protect needs 'until' or 'hours'")
+            cleaned["until"] = timezone.now() + timedelta(hours=cleaned["hours"])
+        return cleaned
 
 
 @operator_required
@@ -183,15 +195,13 @@ def override(request: HttpRequest, pk: int) -> HttpResponse:
         return HttpResponse(f"invalid override: {form.errors.as_text()}", status=400)
     try:
         if form.cleaned_data["action"] == "protect":
-            if not form.cleaned_data["until"]:
-                return HttpResponse("protect needs 'until'", status=400)
             allocation_protect(allocation=alloc, until=form.cleaned_data["until"], actor=request.user,
                                reason=form.cleaned_data["reason"])
         else:
             allocation_force_preempt(allocation=alloc, actor=request.user, reason=form.cleaned_data["reason"])
     except DomainError as exc:
         return HttpResponse(exc.message, status=409)
-    return redirect("ops-audit")
+    return redirect("job-detail", pk=alloc.pk)
 
 
 @operator_required

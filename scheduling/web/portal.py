@@ -11,9 +11,11 @@ from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
-from scheduling.actions.admission import allocation_submit
+from scheduling.actions.admission import allocation_cancel, allocation_submit
 from scheduling.api.allocations import what_if
+from scheduling.api.permissions import is_operator
 from scheduling.api.serializers import AllocationInput
 from scheduling.errors import DomainError
 from scheduling.models import Allocation, Placement, ResourceGroup, SessionType, VCluster
@@ -71,7 +73,22 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         p["own_preemptor"] = p["preemptor"] if isinstance(p["preemptor"], int) else None
     return render(request, "jobs/detail.html", {
         "job": alloc, "risk": _risks([alloc])[0], "events": events_of(alloc), "preemptions": preemptions,
-        "waiting": latest if alloc.state == "pending" else None})
+        "waiting": latest if alloc.state == "pending" else None, "ended": alloc.state in FINAL,
+        "member": alloc.tenant_id in tenant_ids(request.user), "operator": is_operator(request.user)})
+
+
+@login_required
+@require_POST
+def cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    """A member cancels its tenant's job (pending or suspended at once, running through its agent)."""
+    alloc = allocations_visible(request.user).filter(pk=pk, tenant_id__in=tenant_ids(request.user)).first()
+    if alloc is None:
+        raise Http404("no such allocation")
+    try:
+        allocation_cancel(allocation=alloc, actor=request.user)
+    except DomainError as exc:
+        return HttpResponse(exc.message, status=409)
+    return redirect("job-detail", pk=alloc.pk)
 
 
 class SubmitForm(forms.Form):

@@ -298,3 +298,54 @@ def test_a_preemption_by_the_tenant_s_own_work_links_to_it(client, tenant_physic
     client.force_login(tenant_physics.memberships.first().user)
     page = client.get(f"/jobs/{victim.pk}/").content.decode()
     assert f'by <a href="/jobs/{high.pk}/">#{high.pk}</a>' in page
+
+
+def test_operators_protect_and_force_preempt_from_the_job_page(client, operator, resource_group, two_nodes,
+                                                               make_allocation, vcluster_hpc):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    job = make_allocation(state="pending", node_count=1, per_node_gpu=8, checkpoint="auto", vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    client.force_login(operator)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Protect for these hours" in page and "Force preempt now" in page and "Cancel this job" not in page
+    url = f"/ops/allocations/{job.pk}/override/"
+    refused = client.post(url, {"action": "protect", "reason": "deadline"})
+    assert refused.status_code == 400 and "hours" in refused.content.decode()
+    before = timezone.now()
+    done = client.post(url, {"action": "protect", "hours": "2", "reason": "deadline"})
+    assert done.status_code == 302 and done["Location"] == f"/jobs/{job.pk}/"
+    job.refresh_from_db()
+    assert before + timedelta(hours=2) <= job.protected_until <= timezone.now() + timedelta(hours=2)
+    client.post(url, {"action": "force_preempt", "reason": "bad node"})
+    job.refresh_from_db()
+    assert job.state == "checkpointing"
+    assert "Force preempt now" not in client.get(f"/jobs/{job.pk}/").content.decode()  # it is leaving
+    assert list(PolicyChange.objects.order_by("id").values_list("action", "reason")) == [
+        ("protect", "deadline"), ("force_preempt", "bad node")]
+
+
+def test_members_cancel_their_tenant_s_jobs_from_the_page_and_no_one_else_s(client, tenant_physics,
+                                                                             tenant_chemistry, make_allocation,
+                                                                             vcluster_hpc, resource_group):
+    from scheduling.models import Allocation
+
+    mine = make_allocation(state="pending", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc)
+    theirs = Allocation.objects.create(resource_group=resource_group, vcluster=vcluster_hpc, tenant=tenant_chemistry,
+                                       user=tenant_chemistry.memberships.first().user, state="pending",
+                                       node_count=1, per_node_gpu=8, submitted_at="2026-05-01T10:00:00Z")
+    client.force_login(tenant_physics.memberships.first().user)
+    page = client.get(f"/jobs/{mine.pk}/").content.decode()
+    assert "Cancel this job" in page and "Overrides" not in page
+    assert client.post(f"/jobs/{theirs.pk}/cancel/").status_code == 404
+    assert client.get(f"/jobs/{mine.pk}/cancel/").status_code == 405
+    assert client.post(f"/jobs/{mine.pk}/cancel/")["Location"] == f"/jobs/{mine.pk}/"
+    assert Allocation.objects.get(pk=mine.pk).state == "cancelled"
+    assert Allocation.objects.get(pk=theirs.pk).state == "pending"
+    again = client.post(f"/jobs/{mine.pk}/cancel/")
+    assert again.status_code == 409 and "already ended" in again.content.decode()
+    assert "Cancel this job" not in client.get(f"/jobs/{mine.pk}/").content.decode()
+    assert client.post(f"/ops/allocations/{mine.pk}/override/", {"action": "force_preempt", "reason": "x"}
+                       ).status_code == 403
