@@ -27,7 +27,7 @@ from nodes.protocol import (
 from scheduling.actions import preemption as seq
 from scheduling.actions.allocations import allocation_transition
 from scheduling.actions.policies import policy_change_record
-from scheduling.dispatch import agent_command_on_commit, event_on_commit
+from scheduling.dispatch import agent_command_on_commit, agent_revoked_on_commit, event_on_commit
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.states import FINAL, HOLDING, State
 
@@ -56,7 +56,11 @@ def agent_token_issue(*, node: Node) -> str:
 
 
 def agent_token_revoke(*, node: Node) -> int:
-    return AgentToken.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    """Revoke every token of the node; an agent connected with one is disconnected after commit."""
+    revoked = AgentToken.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    if revoked:
+        agent_revoked_on_commit(node.name)
+    return revoked
 
 
 def agent_token_replace(*, node: Node, actor: Any, reason: str = "") -> str:

@@ -115,6 +115,11 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         if message["by"] != self.channel_name:
             await self.close(code=CLOSE_REPLACED)
 
+    async def agent_revoked(self, message: dict[str, Any]) -> None:
+        """The node's tokens were revoked: this connection's token is no longer good. (A connection
+        made with a token issued in the same transaction joins the group after this is sent.)"""
+        await self.close(code=CLOSE_AUTH)
+
 
 def _bearer(scope: dict[str, Any]) -> str | None:
     for name, value in scope.get("headers", []):

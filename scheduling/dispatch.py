@@ -112,6 +112,13 @@ def agent_commands_on_commit(commands: list[tuple[str, dict[str, Any]]]) -> None
     transaction.on_commit(lambda: _send_all(messages, f"{len(messages)} agent commands"))
 
 
+def agent_revoked_on_commit(node_name: str) -> None:
+    """Once the transaction commits, close the node's agent connections that authenticated with a
+    token since revoked (4401), in whichever process holds them."""
+    transaction.on_commit(lambda: _send_all([(agent_group(node_name), {"type": "agent.revoked"})],
+                                            f"token revocation of {node_name}"))
+
+
 def event_on_commit(kind: str, payload: dict[str, Any], tenant_id: int | None) -> None:
     """A live event for operators (and the tenant it concerns), sent after commit."""
     events_on_commit([(kind, payload, tenant_id)])

@@ -331,3 +331,27 @@ def test_late_report_is_accepted_only_from_a_node_the_work_ran_on(agent_node, re
     assert run(scenario)["code"] == "NOT_ON_THIS_NODE"
     elsewhere.refresh_from_db()
     assert elsewhere.state == "running" and elsewhere.ran_on == ["gpu-a1"]
+
+
+def test_a_revoked_token_s_connection_is_closed_with_4401_and_the_new_token_connects(agent_node, operator):
+    """An operator issues a new token (the console or the API): the agent still connected with the
+    old one is cut off at once, and the new one works."""
+    from nodes.actions import agent_token_replace
+
+    node, token = agent_node
+
+    async def scenario():
+        old = _comm(token)
+        await old.connect()
+        assert (await _send(old, {"type": "heartbeat", "id": "a", "seq": 1, "running": []}))["type"] == "ack"
+        fresh = await database_sync(lambda: agent_token_replace(node=node, actor=operator, reason="leaked"))
+        closed = await old.receive_output(timeout=5)
+        new = _comm(fresh)
+        connected, _ = await new.connect()
+        ok = await _send(new, {"type": "heartbeat", "id": "b", "seq": 2, "running": []})
+        await new.disconnect()
+        return closed, connected, ok
+
+    closed, connected, ok = run(scenario)
+    assert closed == {"type": "websocket.close", "code": 4401}
+    assert connected and ok["type"] == "ack"
