@@ -135,8 +135,9 @@ def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) 
             alloc = _placed_here(node, frame.allocation)
             if isinstance(frame, Started):
                 if alloc.state not in FINAL:
+                    how = f"pid {frame.pid}" if frame.pid else "simulated, no process"  # pid 0: --simulate
                     AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
-                                                   reason=f"started on {node.name} (pid {frame.pid})")
+                                                   reason=f"started on {node.name} ({how})")
             elif isinstance(frame, Exited):
                 seq.allocation_exited(allocation=alloc, exit_code=frame.exit_code, reason=frame.reason, now=moment)
             elif isinstance(frame, CheckpointProgress):

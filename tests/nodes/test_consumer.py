@@ -195,6 +195,7 @@ def test_started_exited_and_duplicate_ids(agent_node, make_allocation, vcluster_
         comm = _comm(token)
         await comm.connect()
         out = [await _send(comm, {"type": "started", "id": "s1", "allocation": str(alloc.pk), "pid": 99})]
+        out.append(await _send(comm, {"type": "started", "id": "s0", "allocation": str(alloc.pk), "pid": 0}))
         exited = {"type": "exited", "id": "x1", "allocation": str(alloc.pk), "exit_code": 0, "reason": "completed"}
         out.append(await _send(comm, exited))
         out.append(await _send(comm, exited))  # the same frame again
@@ -203,9 +204,13 @@ def test_started_exited_and_duplicate_ids(agent_node, make_allocation, vcluster_
         return out
 
     out = run(scenario)
-    assert out == [{"type": "ack", "id": i} for i in ("s1", "x1", "x1", "x2")]
+    assert out == [{"type": "ack", "id": i} for i in ("s1", "s0", "x1", "x1", "x2")]
     alloc.refresh_from_db()
     assert alloc.state == "completed"
+    # A simulated agent runs no process (pid 0): the history says so instead of naming pid 0.
+    assert list(AllocationEvent.objects.filter(allocation=alloc, reason__startswith="started on")
+                .order_by("id").values_list("reason", flat=True)) == [
+        "started on gpu-a (pid 99)", "started on gpu-a (simulated, no process)"]
     assert AllocationEvent.objects.filter(allocation=alloc, to_state="completed").count() == 1
 
 
