@@ -44,6 +44,7 @@ from scheduling.scheduler import pending_queue
 from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
 from scheduling.snapshot import policy_of
 from scheduling.states import HOLDING, State
+from scheduling.web.paging import older_page
 
 
 def operator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -220,15 +221,11 @@ def audit(request: HttpRequest) -> HttpResponse:
     """The audit log, filtered as the API filters it, 50 entries a page behind an id cursor, each
     with what it changed."""
     filters = {name: request.GET.get(name, "") for name in AUDIT_FILTERS}
-    qs = audit_entries(filters)
-    before = request.GET.get("before")
-    if before and before.isdigit():
-        qs = qs.filter(id__lt=int(before))
-    page = list(qs[:50])
+    page, older = older_page(audit_entries(filters), request)
     choices = {"actions": PolicyChange.objects.values_list("action", flat=True).distinct().order_by("action"),
                "target_types": PolicyChange.objects.values_list("target_type", flat=True).distinct()
                .order_by("target_type")}
     return render(request, "ops/audit.html", {
         "changes": [(c, audit_changes(c.before, c.after)) for c in page], "filters": filters, **choices,
         "query": urlencode({k: v for k, v in filters.items() if v}),
-        "next": page[-1].pk if len(page) == 50 else None})
+        "next": older})

@@ -21,6 +21,7 @@ from scheduling.errors import DomainError
 from scheduling.models import Allocation, Placement, ResourceGroup, SessionType, VCluster
 from scheduling.selectors import allocations_visible, events_of, explanation, tenant_ids
 from scheduling.states import FINAL, State
+from scheduling.web.paging import older_page
 
 
 def _risks(allocs: list[Allocation]) -> list[dict[str, Any] | None]:
@@ -34,9 +35,6 @@ def _risks(allocs: list[Allocation]) -> list[dict[str, Any] | None]:
         "preemptible": a.preemptible,
         "protected_until": a.protected_until if a.protected_until and a.protected_until > now else None,
         "borrowed": a.pk in on_borrowed, "classes_above": 10 - a.preemption_class} for a in allocs]
-
-
-PAGE = 50
 
 
 @login_required
@@ -53,14 +51,11 @@ def jobs(request: HttpRequest) -> HttpResponse:
         qs = qs.filter(state=state)
     else:
         state = ""
-    before = request.GET.get("before", "")
-    if before.isdigit():
-        qs = qs.filter(pk__lt=int(before))
-    mine = list(qs[:PAGE])
+    mine, older = older_page(qs, request)
     return render(request, "jobs/list.html", {
         "jobs": list(zip(mine, _risks(mine), strict=True)), "state": state, "states": State.values,
         "query": urlencode({"state": state} if state else {}),
-        "next": mine[-1].pk if len(mine) == PAGE else None})
+        "next": older})
 
 
 @login_required
