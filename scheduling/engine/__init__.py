@@ -1,4 +1,4 @@
-"""The pure decision engine of contracts/decision.md. No Django, no clock, no I/O."""
+"""The pure decision engine of docs/decisions.md. No Django, no clock, no I/O."""
 
 from .cluster import Cluster
 from .decide import Candidate, Decision, Victim, decide, decide_scenario

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -323,8 +324,6 @@ class Cluster:
     def set_state(self, alloc_id: str, state: str) -> bool:
         """Change a running entry's state in place (a victim starts leaving); returns False if absent.
         Cached values stay: what depends on states reads ``a_running`` when used."""
-        from dataclasses import replace
-
         slot = self.slot_of.get(alloc_id)
         alloc = self.objs[slot] if slot is not None else None
         if slot is None or alloc is None:
@@ -335,8 +334,6 @@ class Cluster:
         return True
 
     def set_node_state(self, name: str, state: str) -> None:
-        from dataclasses import replace
-
         i = self.node_index[name]
         self.nodes[name] = replace(self.nodes[name], state=state)
         self.ready[i] = state == "ready"

@@ -18,7 +18,7 @@ import numpy as np
 from .cluster import EPS, BArr, Cluster, IArr
 from .eligibility import CODES, Gates, Judged, judge
 from .explain import explain
-from .model import Allocation, Policy, Scenario
+from .model import Allocation, Policy, Scenario, effective_mode, victim_action
 from .placement import RequestView
 from .select import Selection
 from .select_cost import select_class_cost
@@ -35,11 +35,15 @@ class Victim:
     reason: str
     action: str
     cost: float | None = None
+    # The victim's session type's mode, when it overrides the policy's (it decided ``action``).
+    mode: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"id": self.id, "reason": self.reason, "action": self.action}
         if self.cost is not None:
             d["cost"] = _num(self.cost)
+        if self.mode is not None:
+            d["mode"] = self.mode
         return d
 
 
@@ -284,8 +288,10 @@ def _build(cluster: Cluster, policy: Policy, req: Allocation, gates: Gates, judg
             reason = "sensitive"
         else:
             reason = KIND_REASON[policy.kind]
-        action = "checkpoint" if policy.mode == "suspend" and a.checkpoint in ("auto", "manual") else "terminate"
-        out_victims.append(Victim(a.id, reason, action, float(cost[s]) if is_cost and cost is not None else None))
+        mode = effective_mode(policy.mode, cluster.session_type(a.session_type).mode)
+        out_victims.append(Victim(a.id, reason, victim_action(mode, a.checkpoint),
+                                  float(cost[s]) if is_cost and cost is not None else None,
+                                  mode if mode != policy.mode else None))
     trigger = None
     if out_victims:
         if gates.sensitive:

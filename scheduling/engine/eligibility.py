@@ -70,7 +70,7 @@ def _times(cluster: Cluster, now: float) -> tuple[FArr, FArr, FArr, BArr]:
     return result
 
 
-def _protections(cluster: Cluster, policy: Policy, now: float, sensitive_request: bool) -> IArr:
+def protections(cluster: Cluster, policy: Policy, now: float, sensitive_request: bool) -> IArr:
     """Section 4.2 codes per slot (-1 for empty slots); they do not depend on the request.
     NOT_RUNNING, the first rule, is applied on each call: victims leave between two decisions of
     a pass, and the other rules, cached until the snapshot itself changes, need not be redone."""
@@ -104,7 +104,7 @@ def judge(cluster: Cluster, view: RequestView, policy: Policy, req: Allocation, 
           gates: Gates) -> Judged:
     n = cluster.slots
     start, elapsed, remaining, has_wall = _times(cluster, now)
-    protected = _protections(cluster, policy, now, gates.sensitive)
+    protected = protections(cluster, policy, now, gates.sensitive)
     reclaim = _reclaim_mask(cluster, view, n)
     kind_codes = np.zeros(n, dtype=np.int64)
     _kind_codes(cluster, kind_codes, policy, req, now, gates, elapsed, remaining, has_wall)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Protocol
 
-from .model import Allocation, Policy
+from .model import Allocation, Policy, victim_action
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -17,6 +18,8 @@ class _VictimLike(Protocol):
     def reason(self) -> str: ...
     @property
     def action(self) -> str: ...
+    @property
+    def mode(self) -> str | None: ...
 
 
 WAIT_TEXT = {
@@ -76,8 +79,27 @@ def explain(req: Allocation, policy: Policy, outcome: str, code: str, nodes: tup
         "fair_share": "work of tenants above their fair share",
     }
     parts = "; ".join(why[r] for r in reasons)
-    actions = sorted({ACTION_TEXT.get((policy.mode, v.action), "stopped") for v in victims})
+    actions = sorted({ACTION_TEXT.get((policy.mode, _policy_action(v, policy, cluster)), "stopped")
+                      for v in victims})
     count = len(victims)
     noun = "allocation" if count == 1 else "allocations"
     return (f"{head}; no free capacity on the nodes it may use, so {count} {noun} ({parts}) will be "
-            f"{' or '.join(actions)} to run it on {_list(nodes)}.")
+            f"{' or '.join(actions)} to run it on {_list(nodes)}.{_override_note(victims)}")
+
+
+def _policy_action(victim: _VictimLike, policy: Policy, cluster: Cluster) -> str:
+    """What the policy's own mode does to the victim (its session type may do otherwise)."""
+    if victim.mode is None:
+        return victim.action
+    slot = cluster.slot_of.get(victim.id)
+    alloc = cluster.objs[slot] if slot is not None else None
+    return victim_action(policy.mode, alloc.checkpoint if alloc is not None else "none")
+
+
+def _override_note(victims: tuple[_VictimLike, ...]) -> str:
+    """What session types' modes changed, without naming the victims (tenants read it)."""
+    texts = Counter(ACTION_TEXT.get((v.mode, v.action), "stopped") for v in victims if v.mode is not None)
+    if not texts:
+        return ""
+    return " By their session types' mode, " + "; ".join(
+        f"{n} of them will instead be {text}" for text, n in sorted(texts.items())) + "."

@@ -1,6 +1,6 @@
 """Plain, frozen input types of the decision engine.
 
-Everything here mirrors section 2 and 6 of the decision contract. Times are
+Everything here mirrors the input of the decision function (docs/decisions.md). Times are
 seconds since the epoch (floats) so comparisons are cheap and no timezone can
 leak in; the parser converts ISO-8601 strings.
 """
@@ -89,9 +89,21 @@ class SessionType:
     rank: int = 1
     scope: str = "lower_or_equal"
     criteria: str = "most_over_allocated"
+    # What happens to this type's work when it is preempted; None: the group policy's mode.
+    mode: str | None = None
 
 
 DEFAULT_SESSION_TYPE = SessionType(name="")
+
+
+def effective_mode(policy_mode: str | None, session_mode: str | None) -> str:
+    """What happens to a victim: its session type's mode when set, else its group's policy mode."""
+    return session_mode or policy_mode or "suspend"
+
+
+def victim_action(mode: str, checkpoint: str) -> str:
+    """Checkpoint in suspend mode when the work can; otherwise it is stopped."""
+    return "checkpoint" if mode == "suspend" and checkpoint in ("auto", "manual") else "terminate"
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,7 +106,7 @@ def parse_policy(obj: Any) -> Policy:
 _TENANT_FIELDS = {"name", "fair_share", "burst_allowance", "below_fair_share_since"}
 _VCLUSTER_FIELDS = {"name", "type", "allow_lending", "allow_borrowing", "max_borrow_pct"}
 _SESSION_FIELDS = {"name", "priority", "preemptive", "preemptable", "preempts", "rank", "scope",
-                   "criteria"}
+                   "criteria", "mode"}
 _NODE_FIELDS = {"name", "capacity", "labels", "vcluster", "borrowed_by", "state"}
 _ALLOC_FIELDS = {
     "id", "tenant", "user", "vcluster", "session_type", "preemption_class", "priority",
@@ -210,6 +210,7 @@ def parse_scenario(doc: Any) -> Scenario:
             rank=r.integer("rank", 1, lo=1, hi=10000),
             scope=r.string("scope", "lower_or_equal", nullable=False, choices=SCOPES),
             criteria=r.string("criteria", "most_over_allocated", nullable=False, choices=CRITERIA),
+            mode=r.string("mode", None, choices=MODES),
         )
 
     def node(path: str, raw: Any) -> Node | None:

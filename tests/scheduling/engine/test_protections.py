@@ -82,3 +82,26 @@ def test_victim_action_follows_mode_and_checkpoint():
                           ("terminate", {"a": "terminate", "b": "terminate"})):
         out = decide(doc({"kind": "class_cost", "mode": mode}, [node("n1")], running, {"preemption_class": 5}))
         assert {v["id"]: v["action"] for v in out["victims"]} == actions
+
+
+def test_a_session_types_mode_decides_its_victims_action_in_the_engine():
+    """The override is an input of the decision: the victim's action follows its session type's
+    mode, the victim says which mode, and the explanation says what changed without naming it."""
+    running = [run("a", {"n1": 4}, preemption_class=1, checkpoint="auto", session_type="batch"),
+               run("b", {"n1": 4}, preemption_class=1, checkpoint="auto", session_type="train")]
+    out = decide(doc({"kind": "class_cost", "mode": "suspend"}, [node("n1")], running, {"preemption_class": 5},
+                     session_types=[{"name": "batch", "mode": "terminate"}, {"name": "train"}]))
+    by_id = {v["id"]: v for v in out["victims"]}
+    assert (by_id["a"]["action"], by_id["a"]["mode"]) == ("terminate", "terminate")
+    assert by_id["b"]["action"] == "checkpoint" and "mode" not in by_id["b"]
+    assert out["explanation"].endswith("By their session types' mode, 1 of them will instead be stopped for good.")
+    assert "will be checkpointed and requeued" in out["explanation"]
+
+
+def test_a_session_types_mode_must_be_a_known_mode():
+    from scheduling.engine import InvalidDocument, parse_scenario
+
+    with pytest.raises(InvalidDocument) as caught:
+        parse_scenario(doc({"kind": "class_cost"}, [node("n1")], [], {},
+                           session_types=[{"name": "batch", "mode": "pause"}]))
+    assert [path for path, _ in caught.value.errors] == ["session_types[0].mode"]
