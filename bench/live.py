@@ -302,7 +302,7 @@ def main() -> None:
                     break
             time.sleep(0.1)
         time.sleep(3)  # the worker connects to the broker
-        from scheduling.scheduler import schedule_pass
+        from scheduling.passes.run import schedule_pass
 
         schedule_pass(data["group"])  # the waiting requests get their first (NO_CAPACITY) decisions
         out = asyncio.run(scenario(port, data, args.reports))

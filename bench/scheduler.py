@@ -132,7 +132,7 @@ def warm(ctx: dict) -> float:
     """A pass before the next batch is added: it loads the group's snapshot and keeps it, as a
     running service has it kept. Run after seeding or any bulk change from outside the
     scheduler, so that the rates measured next are the sustained ones; returns its seconds."""
-    from scheduling.scheduler import schedule_pass
+    from scheduling.passes.run import schedule_pass
 
     start = time.perf_counter()
     schedule_pass(ctx["group"].pk)
@@ -143,7 +143,7 @@ def prime(ctx: dict) -> float:
     """Decide and start one request, once per process: the first decision pays one-time costs
     (lazy imports, first use of numpy routines) that a running service paid long ago. Returns its
     pass's seconds; the request is then ended and the snapshot reloaded."""
-    from scheduling.scheduler import schedule_pass
+    from scheduling.passes.run import schedule_pass
 
     pending(ctx, 1, vcluster=ctx["free"], gpu=1, klass=0, name="prime")
     start = time.perf_counter()
@@ -158,7 +158,7 @@ def drain(ctx: dict, name: str) -> tuple[int, float, int]:
     """Run passes until no request of this batch is pending; returns (decided, seconds, of which
     preemptions)."""
     from scheduling.models import Allocation
-    from scheduling.scheduler import schedule_pass
+    from scheduling.passes.run import schedule_pass
 
     start = time.perf_counter()
     decided = preempted = 0
@@ -203,7 +203,7 @@ def latency_at(ctx: dict, rate: float, seconds: float) -> tuple[float, float, in
     import multiprocessing
 
     from scheduling.models import Allocation
-    from scheduling.scheduler import schedule_pass
+    from scheduling.passes.run import schedule_pass
 
     spawn = multiprocessing.get_context("spawn")  # a fresh process: the scheduler keeps its connections
     go, done = spawn.Event(), spawn.Event()

@@ -6,6 +6,8 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_init
 
+from lattice_site import gc_tuning
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lattice_site.settings.dev")
 
 app = Celery("lattice")
@@ -16,6 +18,4 @@ app.autodiscover_tasks()
 @worker_init.connect
 def _long_running(**_: Any) -> None:
     """The worker keeps each resource group's snapshot between passes (lattice_site/gc_tuning.py)."""
-    from lattice_site import gc_tuning
-
     gc_tuning.for_long_running_process()

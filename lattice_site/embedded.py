@@ -14,6 +14,8 @@ import time
 from django.conf import settings
 from django.db import close_old_connections
 
+from lattice_site.celery import app
+
 log = logging.getLogger(__name__)
 _started = threading.Event()
 
@@ -26,8 +28,6 @@ def start(interval: float = 2.0) -> None:
 
 
 def _loop(interval: float) -> None:
-    from lattice_site.celery import app
-
     app.loader.import_default_modules()
     tasks = [app.tasks[entry["task"]] for entry in settings.CELERY_BEAT_SCHEDULE.values()]
     while True:

@@ -13,8 +13,10 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from nodes.heartbeats import persist
 from nodes.models import AgentToken, Node, NodeState, ProcessedFrame
 from nodes.protocol import (
+    Checkpoint,
     CheckpointDone,
     CheckpointProgress,
     Defer,
@@ -22,12 +24,23 @@ from nodes.protocol import (
     Frame,
     Heartbeat,
     Hello,
+    Kill,
     Started,
+    Terminate,
+    Welcome,
+    encode,
 )
-from scheduling.actions import preemption as seq
 from scheduling.actions.allocations import allocation_transition
+from scheduling.actions.lifecycle import allocation_exited, requeue_failed
 from scheduling.actions.policies import policy_change_record
-from scheduling.dispatch import agent_command_on_commit, agent_revoked_on_commit, event_on_commit
+from scheduling.actions.preemption import (
+    allocation_checkpoint_done,
+    allocation_checkpoint_progress,
+    allocation_defer,
+)
+from scheduling.actions.release import allocation_release, give_back_borrowed
+from scheduling.actions.starts import start_frame
+from scheduling.dispatch import agent_revoked_on_commit, event_on_commit
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.states import FINAL, HOLDING, State
 
@@ -85,7 +98,7 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
     """Reconcile both ways: kill what the control plane considers ended, handle what the agent
     lost, and re-send what it never received (commands are re-derived from the database)."""
     moment = now or timezone.now()
-    reply = Reply([{"type": "welcome", "node": node.name, "heartbeat_interval_s": HEARTBEAT_INTERVAL_S}])
+    reply = Reply([encode(Welcome(node=node.name, heartbeat_interval_s=HEARTBEAT_INTERVAL_S))])
     reported = {entry["allocation"] for entry in frame.running}
     with transaction.atomic():
         fresh = Node.objects.select_for_update().get(pk=node.pk)
@@ -98,20 +111,20 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
         placed = {str(p.allocation_id): p for p in Placement.objects.filter(
             node=node, kind="assigned", allocation__state__in=HOLDING).select_related("allocation")}
         for alloc_id in sorted(reported - set(placed)):
-            reply.frames.append({"type": "kill", "allocation": alloc_id})
+            reply.frames.append(encode(Kill(allocation=alloc_id)))
         for alloc_id, p in sorted(placed.items()):
             alloc = p.allocation
             if alloc_id in reported:
                 if alloc.state == State.CHECKPOINTING:
-                    reply.frames.append({"type": "checkpoint", "allocation": alloc_id,
-                                         "deadline": (alloc.deadline_at or moment).isoformat(), "reason": "preempted"})
+                    reply.frames.append(encode(Checkpoint(allocation=alloc_id,
+                                                          deadline=(alloc.deadline_at or moment).isoformat())))
                 elif alloc.state == State.TERMINATING:
-                    reply.frames.append({"type": "terminate", "allocation": alloc_id, "grace_s": 30})
+                    reply.frames.append(encode(Terminate(allocation=alloc_id)))
                 continue
             never_sent = alloc.state == State.RUNNING and (
                 last_contact is None or (alloc.started_at is not None and alloc.started_at >= last_contact))
             if never_sent:
-                reply.frames.append(seq.start_frame(alloc, node.name))
+                reply.frames.append(encode(start_frame(alloc, node.name)))
             else:
                 allocation_lost(allocation=alloc, reason=f"not running on {node.name} after reconnect", now=moment)
     return reply
@@ -119,8 +132,6 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
 
 def node_heartbeat(*, node: Node, frame: Heartbeat, now: datetime | None = None) -> None:
     """One heartbeat, through the same batch writer the consumer uses."""
-    from nodes.heartbeats import persist
-
     if not persist([(node.pk, frame.seq)], now or timezone.now())[0]:
         raise FrameRefused("STALE_SEQUENCE", f"seq {frame.seq} is not greater than the last accepted one")
 
@@ -139,14 +150,14 @@ def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) 
                     AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
                                                    reason=f"started on {node.name} ({how})")
             elif isinstance(frame, Exited):
-                seq.allocation_exited(allocation=alloc, exit_code=frame.exit_code, reason=frame.reason, now=moment)
+                allocation_exited(allocation=alloc, exit_code=frame.exit_code, reason=frame.reason, now=moment)
             elif isinstance(frame, CheckpointProgress):
-                seq.allocation_checkpoint_progress(allocation=alloc, now=moment)
+                allocation_checkpoint_progress(allocation=alloc, now=moment)
             elif isinstance(frame, CheckpointDone):
-                seq.allocation_checkpoint_done(allocation=alloc, ok=frame.ok, location=frame.location,
+                allocation_checkpoint_done(allocation=alloc, ok=frame.ok, location=frame.location,
                                                size_bytes=frame.size_bytes, error=frame.error, now=moment)
             else:
-                seq.allocation_defer(allocation=alloc, seconds=frame.seconds, now=moment)
+                allocation_defer(allocation=alloc, seconds=frame.seconds, now=moment)
     except IntegrityError:
         return False  # this frame id was applied before: acknowledge, change nothing
     return True
@@ -173,9 +184,9 @@ def allocation_lost(*, allocation: Allocation, reason: str, now: datetime) -> No
         return
     allocation_transition(allocation=allocation, to=State.FAILED, reason=reason[:255], now=now,
                           fields={"ended_at": now})
-    seq.allocation_release(allocation=allocation)
+    allocation_release(allocation=allocation)
     if allocation.requeue_policy in ("on_node_failure", "always"):
-        seq.requeue_failed(allocation)
+        requeue_failed(allocation)
     event_on_commit("allocation.state", {"allocation": allocation.pk, "state": allocation.state},
                     allocation.tenant_id)
 
@@ -196,7 +207,7 @@ def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, int]:
             for p in Placement.objects.filter(node=node, kind="assigned").select_related("allocation"):
                 allocation_lost(allocation=p.allocation, reason=f"node {node.name} is down", now=moment)
             Placement.objects.filter(node=node, kind="held").delete()
-            seq.give_back_borrowed([node.pk])
+            give_back_borrowed([node.pk])
             down += 1
     return {"degraded": degraded, "down": down}
 
@@ -220,8 +231,3 @@ def node_undrain(*, node: Node, actor: Any, reason: str) -> Node:
         policy_change_record(actor=actor, action="undrain", target=node, before=before,
                              after={"state": node.state}, reason=reason)
     return node
-
-
-def send_commands(node: Node, frames: list[dict[str, Any]]) -> None:
-    for frame in frames:
-        agent_command_on_commit(node.name, frame)

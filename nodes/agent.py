@@ -1,4 +1,4 @@
-"""The Lattice node agent (contracts/agent-protocol.md, section 6).
+"""The Lattice node agent (docs/agent-protocol.md).
 
     python -m nodes.agent --url ws://HOST/ws/agent/ --token-file PATH [--workdir DIR] [--simulate]
 

@@ -11,8 +11,8 @@ from rest_framework.response import Response
 
 from nodes import actions
 from nodes.models import Node
-from scheduling.api.permissions import IsOperator
 from scheduling.api.serializers import ReasonInput
+from scheduling.permissions import IsOperator
 
 
 class NodeOutput(serializers.ModelSerializer):

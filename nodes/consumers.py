@@ -1,4 +1,4 @@
-"""/ws/agent/: the node agents' WebSocket (contracts/agent-protocol.md).
+"""/ws/agent/: the node agents' WebSocket (docs/agent-protocol.md).
 
 Thin: authenticate in ``connect``, parse each frame into a strict type, call one
 action in a pooled thread (``in_pool``), then answer ``ack`` (the action

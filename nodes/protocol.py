@@ -1,4 +1,4 @@
-"""The agent protocol's frames (contracts/agent-protocol.md), parsed strictly.
+"""The agent protocol's frames (docs/agent-protocol.md), parsed strictly.
 
 Every frame from an agent has ``type`` and ``id``; unknown types, unknown or
 missing fields and wrong types are a BadFrame (answered with an ``error`` frame
@@ -8,7 +8,8 @@ of code BAD_FRAME; nothing changes).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import fields as dataclass_fields
+from typing import Any, ClassVar
 
 import orjson
 
@@ -159,3 +160,70 @@ def _check(frame: Frame) -> None:
                 raise BadFrame("running entries are {allocation, phase, pid}", frame.id)
     if isinstance(frame, CheckpointProgress) and not 0 <= frame.percent <= 100:
         raise BadFrame("percent must be between 0 and 100", frame.id)
+
+
+# -- frames the server sends -------------------------------------------------------------
+# Built only here, from these types, so the two directions of the protocol live in one module.
+
+TERMINATE_GRACE_S = 30  # how long an agent waits after SIGTERM before it kills the process
+
+
+@dataclass(frozen=True)
+class Welcome:
+    node: str
+    heartbeat_interval_s: int
+    type: ClassVar[str] = "welcome"
+
+
+@dataclass(frozen=True)
+class Ack:
+    id: str
+    type: ClassVar[str] = "ack"
+
+
+@dataclass(frozen=True)
+class Error:
+    id: str | None
+    code: str
+    message: str
+    type: ClassVar[str] = "error"
+
+
+@dataclass(frozen=True)
+class Start:
+    allocation: str
+    command: list[str]
+    env: dict[str, str]
+    resources: dict[str, float]
+    resume_from_checkpoint: bool
+    checkpoint_dir: str
+    type: ClassVar[str] = "start"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    allocation: str
+    deadline: str  # ISO 8601
+    reason: str = "preempted"
+    type: ClassVar[str] = "checkpoint"
+
+
+@dataclass(frozen=True)
+class Terminate:
+    allocation: str
+    grace_s: int = TERMINATE_GRACE_S
+    type: ClassVar[str] = "terminate"
+
+
+@dataclass(frozen=True)
+class Kill:
+    allocation: str
+    type: ClassVar[str] = "kill"
+
+
+Command = Welcome | Ack | Error | Start | Checkpoint | Terminate | Kill
+
+
+def encode(command: Command) -> dict[str, Any]:
+    """A server frame as the JSON object sent on the socket."""
+    return {"type": command.type, **{f.name: getattr(command, f.name) for f in dataclass_fields(command)}}

@@ -11,8 +11,8 @@ from django.views.decorators.cache import never_cache
 from nodes import actions
 from nodes.models import Node, NodeState
 from scheduling.models import Placement
+from scheduling.permissions import operator_required
 from scheduling.selectors import audit_changes, audit_entries
-from scheduling.web.ops import operator_required
 
 ACTIONS = ("drain", "undrain", "agent_token")
 

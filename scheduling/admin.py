@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from scheduling.actions.policies import config_save, policy_change_record, snapshot
-from scheduling.forms import PolicyFieldsMixin
+from scheduling.forms import POLICY_FIELD_NAMES, PREFIX, PolicyFieldsMixin
 from scheduling.models import (
     Allocation,
     AllocationEvent,
@@ -81,8 +81,6 @@ class ResourceGroupAdmin(AuditedAdmin):
     search_fields = ["name", "description"]
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
-        from scheduling.forms import POLICY_FIELD_NAMES, PREFIX
-
         return [
             (None, {"fields": ["name", "description", "paused", "shadow"]}),
             ("Preemption policy", {"fields": [PREFIX + n for n in POLICY_FIELD_NAMES]}),

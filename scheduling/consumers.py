@@ -17,8 +17,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from lattice_site.consumers import DirectDispatch
-from scheduling.api.permissions import is_operator
 from scheduling.dispatch import OPS_GROUP, subscribe, tenant_group
+from scheduling.permissions import is_operator
 
 COALESCE_S = 0.025
 

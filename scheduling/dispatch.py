@@ -1,6 +1,7 @@
 """Side effects, always after commit: agent commands, live events, tasks.
 
-Group names are built here and only here. Nothing is sent from inside a
+Tasks are asked for by name (actions never import the task module, which imports them), agent
+commands are the typed frames of nodes/protocol.py. Group names are built here and only here. Nothing is sent from inside a
 transaction that might roll back; a message lost after commit is recovered by
 the periodic sweep, which re-derives what must happen from the database.
 """
@@ -11,9 +12,14 @@ import functools
 import logging
 from typing import Any
 
+import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db import transaction
+
+from lattice_site.celery import app
+from nodes.protocol import Command, encode
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +38,6 @@ _local_subscribers: dict[str, int] = {}
 
 
 def _redis() -> Any:
-    from django.conf import settings
-
     if not settings.REDIS_URL:
         return None
     return _redis_client(settings.REDIS_URL)
@@ -42,8 +46,6 @@ def _redis() -> Any:
 @functools.cache
 def _redis_client(url: str) -> Any:
     """One client (and connection pool) per process and URL, shared by threads."""
-    import redis
-
     return redis.Redis.from_url(url, socket_timeout=2)
 
 
@@ -99,16 +101,17 @@ def _send_all(messages: list[tuple[str, dict[str, Any]]], what: str) -> None:
         log.warning("could not send %s", what, exc_info=True)
 
 
-def agent_command_on_commit(node_name: str, frame: dict[str, Any]) -> None:
+def agent_command_on_commit(node_name: str, command: Command) -> None:
     """Queue a command for the node's agent, sent once the transaction commits."""
-    agent_commands_on_commit([(node_name, frame)])
+    agent_commands_on_commit([(node_name, command)])
 
 
-def agent_commands_on_commit(commands: list[tuple[str, dict[str, Any]]]) -> None:
+def agent_commands_on_commit(commands: list[tuple[str, Command]]) -> None:
     """Many commands, sent after commit in one go (one event-loop hop, not one per frame)."""
     if not commands:
         return
-    messages = [(agent_group(node_name), {"type": "agent.command", "frame": frame}) for node_name, frame in commands]
+    messages = [(agent_group(node_name), {"type": "agent.command", "frame": encode(command)})
+                for node_name, command in commands]
     transaction.on_commit(lambda: _send_all(messages, f"{len(messages)} agent commands"))
 
 
@@ -140,20 +143,37 @@ def events_on_commit(events: list[tuple[str, dict[str, Any], int | None]]) -> No
     transaction.on_commit(send)
 
 
-def task_on_commit(task: Any, *args: Any, countdown: float | None = None) -> None:
-    from django.conf import settings
+SCHEDULE_PASS = "scheduling.schedule_resource_group"
+DEADLINES = "scheduling.preemption_deadlines"
 
+
+def request_pass_on_commit(group_id: int) -> None:
+    """Ask for a scheduler pass of the group once the transaction commits."""
+    task_on_commit(SCHEDULE_PASS, group_id)
+
+
+def _task(name: str) -> Any:
+    """The registered task of that name (the worker has imported the task modules; a web process
+    imports them the first time it asks)."""
+    if name not in app.tasks:
+        app.loader.import_default_modules()
+    return app.tasks[name]
+
+
+def task_on_commit(name: str, *args: Any, countdown: float | None = None) -> None:
+    """Send the task ``name`` once the transaction commits (now, or after ``countdown`` s)."""
     if countdown is not None and settings.CELERY_TASK_ALWAYS_EAGER:
         # Eager mode cannot wait; deadlines are then kept by the periodic sweep alone.
         return
 
     def enqueue() -> None:
         try:
+            task = _task(name)
             if countdown is None:
                 task.delay(*args)
             else:
                 task.apply_async(args=args, countdown=countdown)
         except Exception:  # broker down: the periodic sweep does the same work
-            log.warning("could not enqueue %s", getattr(task, "name", task), exc_info=True)
+            log.warning("could not enqueue %s", name, exc_info=True)
 
     transaction.on_commit(enqueue)

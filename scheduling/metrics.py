@@ -23,9 +23,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from scheduling.api.permissions import is_operator
+from nodes.models import Node
 from scheduling.models import Allocation, AllocationEvent, MetricRollup, PreemptionDecision
 from scheduling.models.secrets import HashedToken
+from scheduling.permissions import is_operator
 from scheduling.states import State
 
 CHECKPOINT_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 900]
@@ -134,8 +135,6 @@ class LatticeCollector(Collector):
                 n=Count("id")).order_by("resource_group__name"):
             queue.add_metric([name], n)
         yield queue
-
-        from nodes.models import Node
 
         agents = GaugeMetricFamily("lattice_connected_agents", "Nodes whose agent is connected (ready or degraded)")
         agents.add_metric([], Node.objects.filter(state__in=["ready", "degraded", "draining"],

@@ -7,7 +7,6 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from scheduling.api.permissions import is_operator
 from scheduling.models import (
     Allocation,
     AllocationEvent,
@@ -15,6 +14,7 @@ from scheduling.models import (
     PolicyChange,
     PreemptionDecision,
 )
+from scheduling.permissions import is_operator
 
 
 def remember_tenant_ids(user: Any, ids: list[int]) -> None:

@@ -1,4 +1,4 @@
-"""The allocation state machine (DESIGN section 3), in one place."""
+"""The allocation state machine (docs/architecture.md), in one place."""
 
 from __future__ import annotations
 

@@ -6,9 +6,10 @@ import logging
 
 from celery import shared_task
 
-from scheduling.actions.preemption import allocation_deadline, sweep
+from scheduling.actions.lifecycle import allocation_deadline, sweep
 from scheduling.models import Allocation, ResourceGroup
-from scheduling.scheduler import schedule_pass
+from scheduling.passes.run import schedule_pass
+from scheduling.passes.snapshot_cache import prune
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,6 @@ def preemption_deadlines(allocation_ids: list[int]) -> None:
 
 @shared_task(name="scheduling.sweep", ignore_result=True, time_limit=120)
 def periodic_sweep() -> None:
-    from scheduling.snapshot_cache import prune
-
     sweep()
     prune()
     for group_id in ResourceGroup.objects.values_list("pk", flat=True):

@@ -7,8 +7,8 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from scheduling.api.permissions import is_operator
 from scheduling.models import Allocation, ResourceGroup
+from scheduling.permissions import is_operator
 
 
 @login_required

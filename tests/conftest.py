@@ -163,7 +163,7 @@ def api_for(client):
 @pytest.fixture(autouse=True)
 def no_kept_snapshots():
     """Each test starts without snapshots kept by an earlier test's passes (PostgreSQL)."""
-    from scheduling import snapshot_cache
+    from scheduling.passes import snapshot_cache
 
     snapshot_cache.forget()
     yield

@@ -1,48 +1,20 @@
-"""Admission: validate a request, check hard quotas atomically, store it as pending."""
+"""Admission: store a validated request as pending within its tenant's hard quota; cancel."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
 from scheduling.actions.allocations import allocation_transition
-from scheduling.dispatch import event_on_commit, task_on_commit
-from scheduling.errors import Conflict, DomainError, QuotaExceeded
+from scheduling.actions.quotas import check_quota, tenant_usage
+from scheduling.actions.release import allocation_release, give_back_borrowed
+from scheduling.dispatch import event_on_commit, request_pass_on_commit
+from scheduling.errors import Conflict, DomainError
 from scheduling.models import Allocation, AllocationEvent, Membership, Quota, ResourceGroup, Tenant
 from scheduling.states import FINAL, HOLDING, State
-
-ACTIVE = [s for s in State.values if s not in FINAL]
-
-
-@dataclass(frozen=True)
-class Usage:
-    allocations: int
-    nodes: int
-    gpus: int
-
-
-def tenant_usage(tenant: Tenant, states: list[str] | None = None) -> Usage:
-    row = Allocation.objects.filter(tenant=tenant, state__in=states or ACTIVE).aggregate(
-        n=Count("id"), nodes=Sum("node_count"), gpus=Sum(F("node_count") * F("per_node_gpu")))
-    return Usage(row["n"] or 0, row["nodes"] or 0, row["gpus"] or 0)
-
-
-def check_quota(quota: Quota, usage: Usage, *, nodes: int, gpus: int, allocations: int = 1) -> None:
-    """Raise QuotaExceeded naming current, requested and limit if the request does not fit."""
-    for name, current, requested, limit in (
-        ("max_concurrent_allocations", usage.allocations, allocations, quota.max_concurrent_allocations),
-        ("max_nodes", usage.nodes, nodes, quota.max_nodes),
-        ("max_gpus", usage.gpus, gpus, quota.max_gpus),
-    ):
-        if current + requested > limit:
-            raise QuotaExceeded(
-                f"{name}: the tenant uses {current}, this request needs {requested}, the limit is {limit}",
-                quota=name, current=current, requested=requested, limit=limit)
 
 
 def tenant_for(user: AbstractBaseUser, tenant_name: str | None = None) -> Tenant:
@@ -77,20 +49,12 @@ def allocation_submit(*, user: AbstractBaseUser, tenant: Tenant, group: Resource
         AllocationEvent.objects.create(allocation=alloc, from_state="", to_state=State.PENDING,
                                        reason="submitted", actor=user)
         event_on_commit("allocation.submitted", {"allocation": alloc.pk, "state": alloc.state}, tenant.pk)
-        request_pass_on_commit(group)
+        request_pass_on_commit(group.pk)
     return alloc
-
-
-def request_pass_on_commit(group: ResourceGroup) -> None:
-    from scheduling.tasks import schedule_resource_group
-
-    task_on_commit(schedule_resource_group, group.pk)
 
 
 def allocation_cancel(*, allocation: Allocation, actor: AbstractBaseUser, reason: str = "cancelled") -> Allocation:
     """Cancel pending or suspended work at once; running work is stopped by its agent first."""
-    from scheduling.actions.preemption import allocation_release, give_back_borrowed
-
     with transaction.atomic():
         alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
         if alloc.state in FINAL:
@@ -106,9 +70,5 @@ def allocation_cancel(*, allocation: Allocation, actor: AbstractBaseUser, reason
             held.delete()
             give_back_borrowed(nodes)
         event_on_commit("allocation.cancelled", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
-        request_pass_on_commit(alloc.resource_group)
+        request_pass_on_commit(alloc.resource_group_id)
     return alloc
-
-
-def active_filter() -> Q:
-    return Q(state__in=ACTIVE)

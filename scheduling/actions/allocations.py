@@ -10,9 +10,9 @@ from django.db import connection, transaction
 from django.db.models import Case, Value, When
 from django.utils import timezone
 
-from scheduling.bulk import array_type, column, execute, insert_rows, stored
 from scheduling.errors import InvalidTransition
 from scheduling.models import Allocation, AllocationEvent, PreemptionDecision
+from scheduling.passes.bulk import array_type, column, execute, insert_rows, stored
 from scheduling.states import allowed
 
 

@@ -8,10 +8,14 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from scheduling.actions.lifecycle import mode_of
 from scheduling.actions.policies import policy_change_record, snapshot
+from scheduling.actions.preemption import allocation_preempt
 from scheduling.dispatch import event_on_commit
+from scheduling.engine.model import victim_action
 from scheduling.errors import Conflict
 from scheduling.models import Allocation, ResourceGroup
+from scheduling.passes.snapshot import policy_of
 from scheduling.states import State
 
 
@@ -29,9 +33,6 @@ def allocation_protect(*, allocation: Allocation, until: datetime, actor: Any, r
 
 def allocation_force_preempt(*, allocation: Allocation, actor: Any, reason: str) -> Allocation:
     """Ask running work to leave now, as a preemption would (checkpoint when it can)."""
-    from scheduling.actions.preemption import allocation_preempt, mode_of, victim_action
-    from scheduling.snapshot import policy_of
-
     alloc = Allocation.objects.select_related("resource_group", "session_type").get(pk=allocation.pk)
     if alloc.state != State.RUNNING:
         raise Conflict(f"allocation {alloc.pk} is {alloc.state}, not running")

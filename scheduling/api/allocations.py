@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -13,15 +12,12 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from scheduling import decisions
 from scheduling.actions.admission import allocation_cancel, allocation_submit
 from scheduling.api.pagination import NewestFirst, OldestFirst
 from scheduling.api.serializers import AllocationInput, AllocationOutput, EventOutput
-from scheduling.engine import decide
-from scheduling.engine import model as em
 from scheduling.models import Allocation
-from scheduling.scheduler import decision_output
 from scheduling.selectors import allocations_visible, events_of, explanation
-from scheduling.snapshot import load_snapshot
 
 
 class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -86,40 +82,5 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         """The decision this request would get now. Nothing is stored."""
         data = AllocationInput(data=request.data, context={"request": request})
         data.is_valid(raise_exception=True)
-        return Response(what_if(data, request.user.get_username()))
-
-
-def what_if(data: AllocationInput, username: str) -> dict[str, Any]:
-    """The decision a valid request would get now, as its tenant may see it; nothing is stored."""
-    snap = load_snapshot(data.validated_data["resource_group"])
-    tenant = data.validated_data["tenant_obj"]
-    req = _request(data.model_fields(), tenant.name, username)
-    return _visible(decision_output(snap, decide(snap.cluster, snap.policy, req, timezone.now().timestamp())),
-                    tenant.pk)
-
-
-def _request(fields: dict[str, Any], tenant: str, user: str) -> em.Allocation:
-    constraints = fields["constraints"] or {}
-    return em.Allocation(
-        id="what-if", tenant=tenant, user=user,
-        vcluster=fields["vcluster"].name if fields["vcluster"] else None,
-        session_type=fields["session_type"].name if fields["session_type"] else None,
-        preemption_class=fields["preemption_class"], priority=fields["priority"], checkpoint=fields["checkpoint"],
-        checkpoint_minutes=fields["checkpoint_minutes"], walltime_minutes=fields["walltime_minutes"],
-        sensitive=fields["sensitive"], preemptible=fields["preemptible"], exclusive=fields["exclusive"],
-        nodes=fields["node_count"],
-        per_node={r: float(fields[f"per_node_{r}"]) for r in ("gpu", "cpu", "memory") if fields[f"per_node_{r}"]},
-        labels=dict(constraints.get("labels") or {}), same=constraints.get("same"), value=fields["value"],
-        preemptive=fields["preemptive"],
-    )
-
-
-def _visible(decision: dict[str, Any], tenant_id: int) -> dict[str, Any]:
-    """A what-if answer for a tenant: its own allocations by id, others only counted."""
-    own = {str(i) for i in Allocation.objects.filter(
-        tenant_id=tenant_id, pk__in=[int(c["id"]) for c in decision["candidates"] if c["id"].isdigit()]
-    ).values_list("pk", flat=True)}
-    victims = [v if v["id"] in own else {"id": None, "tenant": "another tenant", "reason": v["reason"],
-                                         "action": v["action"]} for v in decision["victims"]]
-    return {**decision, "victims": victims, "candidates": [c for c in decision["candidates"] if c["id"] in own],
-            "other_candidates": sum(1 for c in decision["candidates"] if c["id"] not in own)}
+        return Response(decisions.what_if(data.validated_data["resource_group"], data.validated_data["tenant_obj"],
+                                          data.model_fields(), request.user.get_username()))

@@ -28,8 +28,8 @@ from scheduling.actions.overrides import (
 )
 from scheduling.actions.policies import config_save, snapshot
 from scheduling.api.pagination import NewestFirst, OldestFirst
-from scheduling.api.permissions import IsOperator
 from scheduling.api.serializers import ReasonInput
+from scheduling.decisions import policy_preview
 from scheduling.models import (
     Allocation,
     PolicyChange,
@@ -39,7 +39,8 @@ from scheduling.models import (
     Tenant,
     VCluster,
 )
-from scheduling.preview import policy_preview
+from scheduling.models.cluster import validate_policy
+from scheduling.permissions import IsOperator
 from scheduling.selectors import audit_changes, audit_entries
 
 
@@ -166,8 +167,6 @@ class PolicyInput(serializers.Serializer):
     policy = serializers.JSONField()
 
     def validate_policy(self, value: Any) -> dict[str, Any]:
-        from scheduling.models.cluster import validate_policy
-
         if not isinstance(value, dict):
             raise serializers.ValidationError("must be an object of the contract's policy fields")
         try:

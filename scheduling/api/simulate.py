@@ -9,8 +9,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduling.api.permissions import IsOperator
 from scheduling.engine import decide_scenario, parse_scenario
+from scheduling.permissions import IsOperator
 
 
 class SimulateView(APIView):
@@ -18,7 +18,7 @@ class SimulateView(APIView):
     parser_classes = [JSONParser]
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT},
-                   summary="Decide a scenario document (contracts/decision.md)")
+                   summary="Decide a scenario document (docs/decisions.md)")
     def post(self, request: Request) -> Response:
         scenario = parse_scenario(request.data)
         return Response(decide_scenario(scenario).to_dict())

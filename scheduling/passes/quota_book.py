@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Count, F, Sum
+
+from scheduling.models import Allocation, Quota
+from scheduling.states import HOLDING
+
 
 def _want(row: dict[str, Any]) -> tuple[int, int, int]:
     return 1, row["node_count"], row["node_count"] * row["per_node_gpu"]
@@ -26,11 +31,6 @@ class QuotaBook:
     @classmethod
     def load(cls) -> QuotaBook:
         """Two queries: the limits, and the usage of every tenant."""
-        from django.db.models import Count, F, Sum
-
-        from scheduling.models import Allocation, Quota
-        from scheduling.states import HOLDING
-
         limits = {q["tenant_id"]: (q["max_concurrent_allocations"], q["max_nodes"], q["max_gpus"])
                   for q in Quota.objects.values("tenant_id", "max_concurrent_allocations", "max_nodes", "max_gpus")}
         used = {r["tenant_id"]: [r["n"], r["nodes"] or 0, r["gpus"] or 0]

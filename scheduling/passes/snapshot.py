@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from nodes.models import Node
 from scheduling.engine import Cluster
 from scheduling.engine import model as em
 from scheduling.engine.parse import parse_policy
 from scheduling.models import Allocation, Placement, ResourceGroup, SessionType, Tenant, VCluster
-from scheduling.quota_book import QuotaBook
+from scheduling.passes.quota_book import QuotaBook
 from scheduling.states import HOLDING
 
 RES = ("gpu", "cpu", "memory")
@@ -86,8 +87,6 @@ class Snapshot:
         self.dirty = False
         # The tenants' quota use, for a pass (snapshot_cache loads it with the snapshot).
         self.quotas: QuotaBook | None = None
-        # Session types that override the policy mode for their victims (name -> mode).
-        self.session_modes: dict[str, str] = {}
 
 
 def load_snapshot(group: ResourceGroup) -> Snapshot:
@@ -111,8 +110,6 @@ class _Rows:
 
 
 def _read(group: ResourceGroup) -> _Rows:
-    from nodes.models import Node
-
     nodes = list(Node.objects.filter(resource_group=group).values(
         "id", "name", "gpu", "cpu", "memory", "labels", "vcluster__name", "borrowed_by__name", "state"))
     tenants = [em.Tenant(name=t["name"], fair_share=t["quota__fair_share"] or 0.0,
@@ -139,9 +136,7 @@ def _build(group: ResourceGroup, rows: _Rows, edited: VCluster | SessionType | N
                     for n in rows.nodes]
     cluster = Cluster(engine_nodes, rows.holding, rows.tenants, vclusters,
                       [session_type_of(st) for st in st_rows])
-    snap = Snapshot(group, cluster, {n["name"]: n["id"] for n in rows.nodes})
-    snap.session_modes = {st.name: st.mode for st in st_rows if st.mode}
-    return snap
+    return Snapshot(group, cluster, {n["name"]: n["id"] for n in rows.nodes})
 
 
 def holding(group: ResourceGroup, ids: list[int] | None = None) -> dict[int, em.Allocation]:
@@ -168,4 +163,4 @@ def session_type_of(st: SessionType) -> em.SessionType:
             preempts.append(em.Preempts(queue=entry["queue"], pref=int(entry.get("pref", 0))))
     return em.SessionType(name=st.name, priority=st.priority, preemptive=st.preemptive,
                           preemptable=st.preemptable, preempts=tuple(preempts), rank=st.rank, scope=st.scope,
-                          criteria=st.criteria)
+                          criteria=st.criteria, mode=st.mode or None)

@@ -38,8 +38,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from scheduling.models import ResourceGroup, SnapshotChange
-from scheduling.quota_book import QuotaBook
-from scheduling.snapshot import Snapshot, holding, load_snapshot, policy_of
+from scheduling.passes.quota_book import QuotaBook
+from scheduling.passes.snapshot import Snapshot, holding, load_snapshot, policy_of
 
 MAX_AGE_S = 600.0
 # Beyond this many allocations changed by others, a full reload is simpler than patching.

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
 from datetime import timedelta
-from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
 
 from django import forms
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -27,7 +23,7 @@ from scheduling.actions.overrides import (
     group_policy_edit,
 )
 from scheduling.actions.policies import config_save, snapshot
-from scheduling.api.permissions import is_operator
+from scheduling.decisions import config_preview, policy_preview
 from scheduling.errors import DomainError
 from scheduling.forms import PolicyForm
 from scheduling.models import (
@@ -39,23 +35,12 @@ from scheduling.models import (
     SessionType,
     VCluster,
 )
-from scheduling.preview import config_preview, policy_preview
-from scheduling.scheduler import pending_queue
+from scheduling.passes.queue import pending_queue
+from scheduling.passes.snapshot import policy_of
+from scheduling.permissions import operator_required
 from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
-from scheduling.snapshot import policy_of
 from scheduling.states import HOLDING, State
 from scheduling.web.paging import older_page
-
-
-def operator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    @login_required
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not is_operator(request.user):
-            raise PermissionDenied("operators only")
-        return view(request, *args, **kwargs)
-
-    return wrapped
 
 
 @operator_required

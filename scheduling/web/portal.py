@@ -13,12 +13,12 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from scheduling import decisions
 from scheduling.actions.admission import allocation_cancel, allocation_submit
-from scheduling.api.allocations import what_if
-from scheduling.api.permissions import is_operator
 from scheduling.api.serializers import AllocationInput
 from scheduling.errors import DomainError
 from scheduling.models import Allocation, Placement, ResourceGroup, SessionType, VCluster
+from scheduling.permissions import is_operator
 from scheduling.selectors import allocations_visible, events_of, explanation, tenant_ids
 from scheduling.states import FINAL, State
 from scheduling.web.paging import older_page
@@ -143,7 +143,8 @@ def submit(request: HttpRequest) -> HttpResponse:
         if not data.is_valid():
             errors = data.errors
         elif request.POST.get("action") == "whatif":
-            whatif = what_if(data, request.user.get_username())
+            whatif = decisions.what_if(data.validated_data["resource_group"], data.validated_data["tenant_obj"],
+                                       data.model_fields(), request.user.get_username())
         else:
             try:
                 alloc = allocation_submit(user=request.user, tenant=data.validated_data["tenant_obj"],

@@ -71,7 +71,7 @@ def test_preemption_through_the_api_appears_in_the_open_console_without_reload(
 def test_tenant_reads_the_explanation_and_cannot_see_others(login, live_server_url, resource_group, vcluster_hpc,
                                                             node_gpu_a, tenant_physics, tenant_chemistry,
                                                             django_user_model):
-    from scheduling.scheduler import schedule_pass
+    from scheduling.passes.run import schedule_pass
 
     alice = django_user_model.objects.get(username="alice")
     bob = django_user_model.objects.get(username="bob")

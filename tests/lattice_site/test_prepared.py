@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from django.db import NotSupportedError, connection, transaction
 
-from scheduling import bulk
+from scheduling.passes import bulk
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -13,7 +13,7 @@ from lattice_site.asgi import application
 from nodes.actions import agent_token_issue
 from nodes.models import Node
 from scheduling.models import Allocation, AllocationEvent, Placement
-from scheduling.scheduler import schedule_pass
+from scheduling.passes.run import schedule_pass
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -321,7 +321,7 @@ def test_late_report_is_accepted_only_from_a_node_the_work_ran_on(agent_node, re
     node, token = agent_node
     similar = Node.objects.create(name="gpu-a1", resource_group=resource_group, vcluster=vcluster_hpc, gpu=8)
     elsewhere = make_allocation(state="pending", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc)
-    from scheduling.actions.preemption import allocation_place
+    from scheduling.actions.starts import allocation_place
 
     allocation_place(allocation=elsewhere, node_ids={"gpu-a1": similar.pk}, nodes=["gpu-a1"], borrowed=[])
 

@@ -27,7 +27,7 @@ from django.db import connection
 
 from nodes.actions import agent_token_issue
 from scheduling.models import Allocation, AllocationEvent
-from scheduling.scheduler import schedule_pass
+from scheduling.passes.run import schedule_pass
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]

@@ -57,7 +57,7 @@ def test_a_new_agent_token_is_shown_once_works_and_revokes_the_old_one(ops, node
 
 def test_the_node_page_shows_what_runs_there_and_links_from_the_map(ops, node_gpu_a, make_allocation,
                                                                     vcluster_hpc, resource_group):
-    from scheduling.scheduler import schedule_pass
+    from scheduling.passes.run import schedule_pass
 
     alloc = make_allocation(state="pending", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc)
     schedule_pass(resource_group.pk)

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 
 from scheduling.models import Allocation, ApiToken
-from scheduling.scheduler import schedule_pass
+from scheduling.passes.run import schedule_pass
 
 pytestmark = pytest.mark.django_db
 

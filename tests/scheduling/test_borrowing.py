@@ -8,7 +8,7 @@ import pytest
 from nodes.models import Node
 from scheduling.actions.preemption import allocation_checkpoint_done
 from scheduling.models import Allocation, Placement, PreemptionDecision, VCluster
-from scheduling.scheduler import schedule_pass
+from scheduling.passes.run import schedule_pass
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ import pytest
 from scheduling.actions.tokens import api_token_issue
 from scheduling.cli import main
 from scheduling.models import Allocation
-from scheduling.scheduler import schedule_pass
+from scheduling.passes.run import schedule_pass
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,7 +12,7 @@ from django.utils import timezone
 from scheduling.actions.admission import allocation_submit
 from scheduling.errors import QuotaExceeded
 from scheduling.models import Allocation, Placement, PreemptionDecision
-from scheduling.scheduler import schedule_pass
+from scheduling.passes.run import schedule_pass
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -100,7 +100,7 @@ def test_two_victims_leaving_at_once_release_their_decision(resource_group, vclu
                                                             make_allocation, monkeypatch):
     """Each victim's report runs in its own transaction; both reach the release check before either
     commits (a barrier holds them there), as two agents reporting in the same instant would."""
-    from scheduling.actions import preemption
+    from scheduling.actions import release
     from scheduling.actions.preemption import allocation_checkpoint_done
 
     victims = [make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1,
@@ -113,13 +113,13 @@ def test_two_victims_leaving_at_once_release_their_decision(resource_group, vclu
     assert sorted(decision.victim_allocations.values_list("state", flat=True)) == ["checkpointing"] * 2
 
     both_leaving = threading.Barrier(2, timeout=10)
-    check = preemption._maybe_released
+    check = release._maybe_released
 
     def after_both(decision_id: int) -> None:
         both_leaving.wait()
         check(decision_id)
 
-    monkeypatch.setattr(preemption, "_maybe_released", after_both)
+    monkeypatch.setattr(release, "_maybe_released", after_both)
     results = _in_threads(2, lambda i: allocation_checkpoint_done(
         allocation=Allocation.objects.get(pk=victims[i].pk), ok=True, location=f"/ckpt/{i}"))
     assert not [r for r in results if isinstance(r, Exception)], results
@@ -132,8 +132,8 @@ def test_two_borrowers_leaving_at_once_give_the_node_back(resource_group, vclust
     """Two allocations of the borrower share a borrowed node and end in the same instant, each in
     its own transaction, both past deleting their placement before either checks (a barrier)."""
     from nodes.models import Node
-    from scheduling.actions import preemption
-    from scheduling.actions.preemption import allocation_exited
+    from scheduling.actions import release
+    from scheduling.actions.lifecycle import allocation_exited
     from scheduling.models import VCluster
 
     ml = VCluster.objects.create(resource_group=resource_group, name="ml", allow_lending=True, max_borrow_pct=1.0)
@@ -147,15 +147,48 @@ def test_two_borrowers_leaving_at_once_give_the_node_back(resource_group, vclust
         guests.append(guest)
 
     both_left = threading.Barrier(2, timeout=10)
-    give_back = preemption.give_back_borrowed
+    give_back = release.give_back_borrowed
 
     def after_both(node_ids: list[int]) -> None:
         both_left.wait()
         give_back(node_ids)
 
-    monkeypatch.setattr(preemption, "give_back_borrowed", after_both)
+    monkeypatch.setattr(release, "give_back_borrowed", after_both)
     results = _in_threads(2, lambda i: allocation_exited(allocation=Allocation.objects.get(pk=guests[i].pk),
                                                          exit_code=0, reason="completed"))
     assert not [r for r in results if isinstance(r, Exception)], results
     assert not Placement.objects.filter(node=node).exists()
     assert Node.objects.get(pk=node.pk).borrowed_by_id is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_turned_away_by_the_lock_asks_to_run_again(resource_group, settings, monkeypatch):
+    """Another pass of the group holds the lock: this one does nothing but asks for a pass a
+    second later, so the change that asked for it is not left to the periodic sweep."""
+    from scheduling import dispatch
+    from scheduling.passes.locks import group_lock
+
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    sent = []
+    task = dispatch._task(dispatch.SCHEDULE_PASS)
+    monkeypatch.setattr(task, "apply_async", lambda args, countdown: sent.append((list(args), countdown)))
+    holding, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with group_lock(resource_group):
+                holding.set()
+                done.wait(10)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        result = schedule_pass(resource_group.pk)
+    finally:
+        done.set()
+        holder.join()
+    assert result.busy
+    assert sent == [([resource_group.pk], 1)]

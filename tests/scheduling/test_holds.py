@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.actions.preemption import allocation_checkpoint_done, allocation_exited
+from scheduling.actions.lifecycle import allocation_exited
+from scheduling.actions.preemption import allocation_checkpoint_done
 from scheduling.models import Allocation, Placement
-from scheduling.scheduler import schedule_pass
+from scheduling.passes.run import schedule_pass
 
 pytestmark = pytest.mark.django_db
 

@@ -163,7 +163,7 @@ def test_a_pass_announces_placements_once_per_tenant_to_each_audience(client, op
                                                                      tenant_chemistry, django_user_model):
     from django.test import override_settings
 
-    from scheduling.scheduler import schedule_pass
+    from scheduling.passes.run import schedule_pass
 
     bob = tenant_chemistry.memberships.first().user
     mine = [make_allocation(state="pending", vcluster=vcluster_hpc, per_node_gpu=2).pk for _ in range(2)]

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scheduling.actions.preemption import allocation_checkpoint_done
 from scheduling.metrics import fold
 from scheduling.models import Allocation, MetricRollup, PreemptionDecision
-from scheduling.scheduler import schedule_pass
+from scheduling.passes.run import schedule_pass
 
 pytestmark = pytest.mark.django_db
 

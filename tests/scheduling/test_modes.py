@@ -8,14 +8,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from scheduling.actions.lifecycle import allocation_deadline, allocation_exited
 from scheduling.actions.overrides import allocation_force_preempt
-from scheduling.actions.preemption import (
-    allocation_checkpoint_done,
-    allocation_deadline,
-    allocation_exited,
-)
+from scheduling.actions.preemption import allocation_checkpoint_done
 from scheduling.models import Allocation, PreemptionDecision, SessionType
-from scheduling.scheduler import schedule_pass
+from scheduling.passes.run import schedule_pass
 
 pytestmark = pytest.mark.django_db
 

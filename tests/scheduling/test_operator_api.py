@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from scheduling.models import Allocation, PolicyChange, Quota, ResourceGroup, SessionType, VCluster
-from scheduling.scheduler import schedule_pass
+from scheduling.passes.run import schedule_pass
 
 pytestmark = pytest.mark.django_db
 

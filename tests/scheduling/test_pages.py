@@ -9,7 +9,7 @@ import re
 import pytest
 
 from scheduling.models import PolicyChange, ResourceGroup
-from scheduling.scheduler import schedule_pass
+from scheduling.passes.run import schedule_pass
 
 pytestmark = pytest.mark.django_db
 

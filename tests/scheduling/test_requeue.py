@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from scheduling.actions.preemption import allocation_deadline, allocation_exited
+from scheduling.actions.lifecycle import allocation_deadline, allocation_exited
 from scheduling.models import Allocation
-from scheduling.scheduler import schedule_pass
+from scheduling.passes.run import schedule_pass
 
 pytestmark = pytest.mark.django_db
 

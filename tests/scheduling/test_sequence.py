@@ -7,17 +7,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from scheduling.actions.lifecycle import allocation_deadline, allocation_exited, sweep
 from scheduling.actions.preemption import (
     allocation_checkpoint_done,
     allocation_checkpoint_progress,
-    allocation_deadline,
     allocation_defer,
-    allocation_exited,
-    sweep,
 )
 from scheduling.models import Allocation, Placement, PreemptionDecision
-from scheduling.scheduler import schedule_pass
-from scheduling.snapshot import load_snapshot
+from scheduling.passes.run import schedule_pass
+from scheduling.passes.snapshot import load_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -214,7 +212,7 @@ def test_snapshot_loads_in_a_fixed_number_of_queries(resource_group, vcluster_hp
 def test_a_victim_ending_before_the_write_costs_only_its_own_preemption(resource_group, vcluster_hpc, two_nodes,
                                                                         make_allocation, monkeypatch):
     """Preemptions are written in batches; one that lost a race must not take the others down."""
-    from scheduling import scheduler
+    from scheduling.passes import run as scheduler
 
     lows = [_job(make_allocation, 1, vcluster=vcluster_hpc) for _ in range(2)]
     schedule_pass(resource_group.pk)
@@ -293,3 +291,20 @@ def test_a_late_exit_of_an_earlier_run_does_not_end_the_current_one(resource_gro
     assert _state(low) == "running"
     allocation_exited(allocation=low, exit_code=0, reason="completed")  # its own exit still ends it
     assert _state(low) == "completed"
+
+
+def test_a_checkpoints_duration_is_written_to_its_own_event_only(make_allocation):
+    """Each checkpoint's "done" event says how long that checkpoint took; a later checkpoint of the
+    same allocation leaves the earlier events as they were."""
+    from scheduling.models import AllocationEvent
+
+    t0 = timezone.now() - timedelta(hours=1)
+    alloc = make_allocation(state="checkpointing", checkpoint="auto", checkpoint_started_at=t0)
+    allocation_checkpoint_done(allocation=alloc, ok=True, now=t0 + timedelta(seconds=12))
+    t1 = t0 + timedelta(minutes=30)
+    Allocation.objects.filter(pk=alloc.pk).update(state="checkpointing", checkpoint_started_at=t1)
+    allocation_checkpoint_done(allocation=Allocation.objects.get(pk=alloc.pk), ok=True,
+                               now=t1 + timedelta(seconds=40))
+    reasons = list(AllocationEvent.objects.filter(allocation=alloc, to_state="suspended").order_by("id")
+                   .values_list("reason", flat=True))
+    assert reasons == ["checkpoint done in 12.0s", "checkpoint done in 40.0s"]

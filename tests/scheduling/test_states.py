@@ -11,7 +11,7 @@ from scheduling.states import TRANSITIONS
 
 pytestmark = pytest.mark.django_db
 
-# The table of DESIGN.md section 3, written out again here on purpose.
+# The state table of docs/architecture.md, written out again here on purpose.
 ALLOWED = [
     ("pending", "running"), ("pending", "cancelled"), ("pending", "failed"),
     ("running", "checkpointing"), ("running", "terminating"), ("running", "completed"),
@@ -100,7 +100,8 @@ def test_victims_of_several_decisions_are_asked_together_each_with_its_own(make_
 
     from django.utils import timezone
 
-    from scheduling.actions.preemption import TERMINATE_GRACE_S, preempt_for
+    from nodes.protocol import TERMINATE_GRACE_S
+    from scheduling.actions.preemption import preempt_for
     from scheduling.errors import Conflict
     from scheduling.models import PreemptionDecision
 

@@ -15,6 +15,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nodes import agent
+from nodes.actions import agent_token_issue, agent_token_revoke
+from nodes.models import Node
 
 
 class Command(BaseCommand):
@@ -36,9 +38,6 @@ class Command(BaseCommand):
             argv = ["--url", options["url"], "--token-file", options["token_file"], "--workdir", options["workdir"],
                     "--sim-seconds", str(options["sim_seconds"])]
             raise SystemExit(agent.main(argv + (["--simulate"] if options["simulate"] else [])))
-        from nodes.actions import agent_token_issue, agent_token_revoke
-        from nodes.models import Node
-
         fleet = []
         for node in Node.objects.order_by("name"):
             agent_token_revoke(node=node)

@@ -12,7 +12,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from nodes.models import Node, NodeState
-from scheduling.api.permissions import OPERATORS_GROUP
 from scheduling.models import (
     Allocation,
     AllocationEvent,
@@ -24,6 +23,7 @@ from scheduling.models import (
     Tenant,
     VCluster,
 )
+from scheduling.permissions import OPERATORS_GROUP
 from scheduling.states import State
 
 # Demo-only credentials; the README says so too.

@@ -21,7 +21,7 @@ def unwrap_scenario_file(doc: Any) -> Any:
 
 
 class Command(BaseCommand):
-    help = "Decide a scenario document (contracts/decision.md) and print the decision as JSON."
+    help = "Decide a scenario document (docs/decisions.md) and print the decision as JSON."
     requires_system_checks: list[str] = []
     requires_migrations_checks = False
 

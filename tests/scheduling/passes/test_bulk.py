@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from scheduling.bulk import insert_rows
 from scheduling.models import AllocationEvent, Placement, PreemptionDecision
+from scheduling.passes.bulk import insert_rows
 
 pytestmark = pytest.mark.django_db
 

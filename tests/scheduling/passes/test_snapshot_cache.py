@@ -11,9 +11,9 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from nodes.models import Node
-from scheduling import snapshot_cache
 from scheduling.models import Allocation, Placement
-from scheduling.scheduler import schedule_pass
+from scheduling.passes import snapshot_cache
+from scheduling.passes.run import schedule_pass
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -95,7 +95,7 @@ def test_quota_use_in_another_group_reloads_the_quota_book_alone(resource_group,
                                                                   make_allocation, tenant_physics, loads,
                                                                   monkeypatch):
     from scheduling.models import ResourceGroup
-    from scheduling.quota_book import QuotaBook
+    from scheduling.passes.quota_book import QuotaBook
 
     books = [0]
     real = QuotaBook.load.__func__

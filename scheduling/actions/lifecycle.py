@@ -1,0 +1,172 @@
+"""The rest of an allocation's life: its exit, requeues, deadlines of victims, the sweep.
+
+Each function is one short transaction; agent commands, events and deadline tasks go out after
+commit. Every step is idempotent: re-running it after a crash, or receiving the same report
+twice, reaches the same end state.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling.actions.allocations import allocation_transition
+from scheduling.actions.release import allocation_release, give_back_borrowed
+from scheduling.dispatch import DEADLINES, event_on_commit, task_on_commit
+from scheduling.engine.model import effective_mode
+from scheduling.models import Allocation, AllocationEvent, Placement
+from scheduling.states import FINAL, HOLDING, State
+
+HOLD_MARGIN_S = 60
+
+
+def mode_of(alloc: Allocation) -> str:
+    return effective_mode((alloc.resource_group.policy or {}).get("mode"),
+                          alloc.session_type.mode if alloc.session_type_id else "")
+
+
+def requeue(alloc: Allocation, *, reason: str, resume: bool, now: datetime, **extra: Any) -> None:
+    allocation_transition(allocation=alloc, to=State.PENDING, reason=reason, now=now, fields={
+        "preempted_count": alloc.preempted_count + 1, "resume_from_checkpoint": resume, "started_at": None,
+        "deadline_at": None, **extra})
+
+
+# Exit reasons the agent gives only for processes the control plane asked it to stop.
+SIGNALLED = frozenset({"terminated", "killed"})
+
+
+def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: str,
+                      now: datetime | None = None) -> Allocation:
+    """The process is gone. Idempotent: an exit for an ended allocation changes nothing."""
+    moment = now or timezone.now()
+    with transaction.atomic():
+        # Only the allocation's row: locking the joined group row too made every exit in a
+        # resource group wait for every other.
+        alloc = (Allocation.objects.select_for_update(of=("self",)).select_related("resource_group")
+                 .get(pk=allocation.pk))
+        if alloc.state in FINAL or alloc.state in (State.PENDING, State.SUSPENDED):
+            return alloc
+        if reason in SIGNALLED and alloc.state in (State.RUNNING, State.CHECKPOINTING):
+            # Lattice signals a run only as it takes it out of these states (preempted, cancelled,
+            # checkpointed, timed out), so this is the exit of an earlier run of the allocation,
+            # reported after it was already requeued and started again: the current run goes on.
+            AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
+                                           reason=f"late exit of an earlier run ignored: {reason} ({exit_code})")
+            return alloc
+        mode = mode_of(alloc)
+        fields = {"exit_code": exit_code}
+        if alloc.state == State.TERMINATING:
+            if mode == "terminate":
+                allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="preempted (terminate mode)",
+                                      now=moment, fields={**fields, "ended_at": moment})
+            else:
+                requeue(alloc, reason="requeued after preemption", resume=False, now=moment, **fields)
+            allocation_release(allocation=alloc)  # after it left terminating: the decision sees it gone
+        elif alloc.state == State.CHECKPOINTING:
+            victim_failed(alloc, f"checkpoint failed: exited while checkpointing ({exit_code})", moment,
+                           fields=fields)
+        else:
+            done = reason == "completed" and exit_code == 0
+            allocation_transition(allocation=alloc, to=State.COMPLETED if done else State.FAILED,
+                                  reason=f"exited: {reason} ({exit_code})", now=moment,
+                                  fields={**fields, "ended_at": moment})
+            allocation_release(allocation=alloc)
+            if not done and alloc.requeue_policy == "always":
+                requeue_failed(alloc)
+        event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
+    return alloc
+
+
+def victim_failed(alloc: Allocation, reason: str, moment: datetime, *, command: str | None = None,
+                   fields: dict[str, Any] | None = None) -> None:
+    """A checkpoint that failed, timed out or died with its process: the victim ends failed, not
+    suspended, and is requeued if its policy allows (the reason starts with "checkpoint", which
+    the failed-checkpoint metric counts)."""
+    allocation_transition(allocation=alloc, to=State.FAILED, reason=reason[:255], now=moment,
+                          fields={**(fields or {}), "ended_at": moment})
+    allocation_release(allocation=alloc, command=command)
+    if alloc.requeue_policy == "always":
+        requeue_failed(alloc)
+
+
+def requeue_failed(alloc: Allocation) -> Allocation | None:
+    """A failed allocation is final; by its requeue policy a fresh copy goes back in the queue."""
+    if alloc.requeue_count >= alloc.max_requeue:
+        return None
+    copy = Allocation.objects.get(pk=alloc.pk)
+    copy.pk = None
+    copy.state = State.PENDING
+    copy.requeue_count = alloc.requeue_count + 1
+    copy.requeued_from = alloc
+    copy.started_at = copy.ended_at = copy.exit_code = copy.deadline_at = copy.preempted_by = None
+    copy.save()
+    AllocationEvent.objects.create(allocation=copy, from_state="", to_state=State.PENDING,
+                                   reason=f"requeued from {alloc.pk} ({copy.requeue_count}/{alloc.max_requeue})")
+    return copy
+
+
+def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) -> Allocation:
+    """A victim's deadline passed: extend once if responsive, else stop it. Idempotent."""
+    moment = now or timezone.now()
+    with transaction.atomic():
+        alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
+        if alloc.deadline_at is None or alloc.deadline_at > moment or alloc.state not in (
+                State.CHECKPOINTING, State.TERMINATING):
+            return alloc
+        if alloc.state == State.CHECKPOINTING:
+            responsive = alloc.checkpoint_progress_at is not None
+            if responsive and not alloc.deadline_extended:
+                started = alloc.checkpoint_started_at or moment
+                extra = (alloc.deadline_at - started - timedelta(seconds=alloc.deferred_seconds)) * 0.5
+                alloc.deadline_at += extra
+                alloc.deadline_extended = True
+                alloc.save(update_fields=["deadline_at", "deadline_extended"])
+                task_on_commit(DEADLINES, [alloc.pk], countdown=extra.total_seconds() + 1)
+                return alloc
+            victim_failed(alloc, "checkpoint timed out: terminated", moment, command="terminate",
+                           fields={"deadline_at": None})
+        else:
+            # The agent never reported the exit within the grace: kill, and count it as exited.
+            if mode_of(alloc) == "terminate":
+                allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="killed after grace",
+                                      now=moment, fields={"ended_at": moment})
+            else:
+                requeue(alloc, reason="requeued after preemption (killed after grace)", resume=False, now=moment)
+            allocation_release(allocation=alloc, command="kill")
+        event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
+    return alloc
+
+
+def holds_expired(now: datetime) -> list[int]:
+    """Preemptors whose victims all passed their deadlines plus a margin but never released."""
+    stale = []
+    for alloc_id in Placement.objects.filter(kind="held").values_list("allocation_id", flat=True).distinct():
+        leaving = Allocation.objects.filter(preempted_by__preemptor_id=alloc_id, state__in=HOLDING)
+        latest = max((a.deadline_at for a in leaving if a.deadline_at), default=None)
+        if latest is not None and latest + timedelta(seconds=HOLD_MARGIN_S) < now:
+            stale.append(alloc_id)
+    return stale
+
+
+def sweep(*, now: datetime | None = None) -> dict[str, int]:
+    """Re-derive from the database what must happen; safe to run any time, any number of times."""
+    moment = now or timezone.now()
+    done = {"deadlines": 0, "holds_released": 0}
+    for alloc in Allocation.objects.filter(state__in=[State.CHECKPOINTING, State.TERMINATING],
+                                           deadline_at__lte=moment):
+        allocation_deadline(allocation=alloc, now=moment)
+        done["deadlines"] += 1
+    for alloc_id in holds_expired(moment):
+        with transaction.atomic():
+            held = Placement.objects.filter(allocation_id=alloc_id, kind="held")
+            nodes = list(held.values_list("node_id", flat=True))
+            removed, _ = held.delete()
+            give_back_borrowed(nodes)
+            if removed:
+                AllocationEvent.objects.create(allocation_id=alloc_id, from_state=State.PENDING,
+                                               to_state=State.PENDING, reason="hold released: victims never left")
+                done["holds_released"] += 1
+    return done

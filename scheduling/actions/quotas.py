@@ -1,0 +1,48 @@
+"""Hard quotas: what a tenant uses, and whether a request fits within its limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import Count, F, Sum
+
+from scheduling.errors import QuotaExceeded
+from scheduling.models import Allocation, Quota, Tenant
+from scheduling.states import FINAL, HOLDING, State
+
+ACTIVE = [s for s in State.values if s not in FINAL]
+
+
+@dataclass(frozen=True)
+class Usage:
+    allocations: int
+    nodes: int
+    gpus: int
+
+
+def tenant_usage(tenant: Tenant, states: list[str] | None = None) -> Usage:
+    row = Allocation.objects.filter(tenant=tenant, state__in=states or ACTIVE).aggregate(
+        n=Count("id"), nodes=Sum("node_count"), gpus=Sum(F("node_count") * F("per_node_gpu")))
+    return Usage(row["n"] or 0, row["nodes"] or 0, row["gpus"] or 0)
+
+
+def check_quota(quota: Quota, usage: Usage, *, nodes: int, gpus: int, allocations: int = 1) -> None:
+    """Raise QuotaExceeded naming current, requested and limit if the request does not fit."""
+    for name, current, requested, limit in (
+        ("max_concurrent_allocations", usage.allocations, allocations, quota.max_concurrent_allocations),
+        ("max_nodes", usage.nodes, nodes, quota.max_nodes),
+        ("max_gpus", usage.gpus, gpus, quota.max_gpus),
+    ):
+        if current + requested > limit:
+            raise QuotaExceeded(
+                f"{name}: the tenant uses {current}, this request needs {requested}, the limit is {limit}",
+                quota=name, current=current, requested=requested, limit=limit)
+
+
+def check_running_quota(alloc: Allocation) -> None:
+    """Hard quotas hold where capacity is consumed, too (admission already counted it)."""
+    quota = getattr(alloc.tenant, "quota", None)
+    if quota is None:
+        return
+    usage = tenant_usage(alloc.tenant, states=list(HOLDING))
+    check_quota(quota, usage, nodes=alloc.node_count, gpus=alloc.node_count * alloc.per_node_gpu)

@@ -1,0 +1,45 @@
+"""Who may do what, in one place for the API, the pages, the live feed and the metrics.
+
+Operators are staff users: they read everything and change policies, never tenants' work
+directly. Tenants' members see their own tenant's work only (scheduling/selectors.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from rest_framework.permissions import BasePermission
+
+OPERATORS_GROUP = "operators"
+
+
+def is_operator(user: Any) -> bool:
+    """Operators are staff users; they change policies, never tenants' work directly."""
+    return bool(user and user.is_authenticated and user.is_active and user.is_staff)
+
+
+class IsOperator(BasePermission):
+    """The API's check: operators only (403 for everyone else)."""
+
+    message = "Only operators may do this."
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        return is_operator(request.user)
+
+
+def operator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """The pages' check: log in first, then operators only (403 for everyone else)."""
+
+    @login_required
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not is_operator(request.user):
+            raise PermissionDenied("operators only")
+        return view(request, *args, **kwargs)
+
+    return wrapped
