@@ -51,7 +51,7 @@ from tests.conftest import ROOT
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 SIM_LONG_S = 60.0  # work on server A's agents outlives the test's run
-SIM_SHORT_S = 12.0  # work on server B's agents ends while B is down
+SIM_SHORT_S = 20.0  # work on server B's agents ends while B is down
 DOWN_S = 36.0  # B's agents silent for more than 30 s: their nodes are found degraded
 CHECKPOINT_TIMEOUT_MIN = 0.25  # 15 s: a checkpoint that cannot be reported times out while B is down
 BACKOFF_CAP_S = 3.0
@@ -199,6 +199,14 @@ def _submit(port: int, token: str, klass: int, accepted: list[int]) -> None:
         accepted.append(int(body["id"]))
 
 
+def _b_heard_since_starts() -> bool:
+    for node in Node.objects.filter(name__in=[n for n, server in NODES.items() if server == "b"]):
+        started = Allocation.objects.filter(state="running", placements__node=node).values_list("started_at", flat=True)
+        if not started or node.last_heartbeat_at is None or node.last_heartbeat_at <= max(started):
+            return False
+    return True
+
+
 def _leaving() -> int:
     return Allocation.objects.filter(state__in=["checkpointing", "terminating"]).count()
 
@@ -251,6 +259,9 @@ def test_killing_the_worker_and_a_server_mid_run_breaks_no_invariant(services):
         _submit(port_a if i % 2 else port_b, tokens["alice"], 1, accepted)
     wait_for(lambda: Allocation.objects.filter(state="running").count() == len(NODES), 30,
              "the low-class work to fill the nodes", services)
+    # A heartbeat of B's agents after their work started: when they reconnect, that work counts as
+    # known to them (not a start they may have missed), and is declared lost if they do not report it.
+    wait_for(_b_heard_since_starts, 25, "a heartbeat from B's agents after their work started", services)
     status, body = _call(port_a, tokens["operator"], "nodes/n4/drain/", {"reason": "fault test: maintenance"})
     assert status == 200, body
     mark(f"filled; n4 drained; accepted {accepted}")
