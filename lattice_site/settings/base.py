@@ -71,8 +71,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.boo
     # Under ASGI every request runs in a fresh thread, so per-thread persistent
     # connections never get reused: each request would open a connection. A
     # process-wide pool hands one over in microseconds instead.
+    # Every process holds up to DB_POOL_MAX connections: processes x DB_POOL_MAX must stay
+    # below PostgreSQL's max_connections (see the README), or go through a pooler.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": env.int("DB_POOL_MAX", 20),
+    _pool_max = env.int("DB_POOL_MAX", 20, minimum=1)
+    DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": min(2, _pool_max), "max_size": _pool_max,
                                                 "timeout": 10}}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool("DB_PREPARE", True):
     # Parameters bound on the server, and a statement prepared the second time a connection

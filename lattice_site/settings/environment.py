@@ -41,14 +41,17 @@ class Environment:
             return default
         return [item.strip() for item in raw.split(",") if item.strip()]
 
-    def int(self, name: str, default: int) -> int:
+    def int(self, name: str, default: int, *, minimum: int | None = None) -> int:
         raw = self._env.get(name)
         if raw is None:
             return default
         try:
-            return int(raw)
+            value = int(raw)
         except ValueError:
             raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+        if minimum is not None and value < minimum:
+            raise ImproperlyConfigured(f"{name}={raw!r} must be at least {minimum}")
+        return value
 
 
 env = Environment()

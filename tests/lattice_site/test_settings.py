@@ -59,6 +59,19 @@ def test_postgres_connections_are_pooled_and_a_statement_timeout_can_bound_them(
     assert result.returncode != 0 and "DB_STATEMENT_TIMEOUT_MS" in result.stderr
 
 
+def test_a_nonsensical_pool_size_is_refused_at_start_up():
+    code = "from django.conf import settings; print(settings.DATABASES['default']['OPTIONS']['pool'])"
+    env = {"DATABASE_URL": "postgres://lattice@db.example:5432/lattice", "DJANGO_SETTINGS_MODULE":
+           "lattice_site.settings.dev"}
+    for bad in ("0", "-5"):
+        result = _manage("shell", "-c", code, **{**env, "DB_POOL_MAX": bad})
+        assert result.returncode != 0
+        assert f"DB_POOL_MAX='{bad}' must be at least 1" in result.stderr
+    result = _manage("shell", "-c", code, **{**env, "DB_POOL_MAX": "1"})  # the smallest pool: one connection
+    assert result.returncode == 0, result.stderr
+    assert "'min_size': 1, 'max_size': 1" in result.stdout
+
+
 def test_postgres_statements_are_prepared_unless_turned_off_for_a_pooler():
     code = ("from django.conf import settings; o = settings.DATABASES['default']['OPTIONS']; "
             "print(o.get('server_side_binding'), o.get('prepare_threshold'))")

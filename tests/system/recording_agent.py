@@ -1,0 +1,35 @@
+"""The real node agent (``nodes.agent``) as the fault test runs it, with two harness additions:
+every exit it reports is appended to a file (the ground truth the invariants are checked
+against: which runs ended with exit 0), and its reconnect backoff is capped lower, so agents
+come back within seconds of their server instead of up to 30 s later.
+
+    python -m tests.system.recording_agent RECORD_FILE BACKOFF_CAP_S -- AGENT ARGS...
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from nodes import agent
+
+
+def main(argv: list[str]) -> int:
+    record, cap, _, *agent_argv = argv
+    agent.BACKOFF_CAP_S = float(cap)
+
+    class Recording(agent.Agent):
+        async def report(self, frame: dict[str, Any]) -> None:
+            if frame.get("type") == "exited":
+                with open(record, "a") as out:
+                    out.write(json.dumps({"allocation": frame["allocation"], "exit_code": frame.get("exit_code"),
+                                          "reason": frame.get("reason")}) + "\n")
+            await super().report(frame)
+
+    agent.Agent = Recording  # type: ignore[misc]
+    return agent.main(agent_argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
