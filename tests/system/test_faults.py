@@ -35,7 +35,7 @@ from django.utils import timezone
 from nodes.actions import agent_token_issue
 from nodes.models import Node
 from scheduling import invariants
-from scheduling.actions.preemption import sweep
+from scheduling.actions.lifecycle import sweep
 from scheduling.actions.tokens import api_token_issue
 from scheduling.models import (
     Allocation,
