@@ -165,6 +165,23 @@ def redact_decisions(records: list[PreemptionDecision], user: Any) -> list[dict[
     return out
 
 
+def live_for_tenants(events: list[tuple[str, dict[str, Any], int | None]]) -> list[dict[str, Any]]:
+    """Each live event's payload as its tenant's group may read it, as REST redacts a decision:
+    victims of that tenant by id, any other tenant's only counted (``other_victims``). One query
+    for all the events' victims; payloads without victims are the operators' as they are."""
+    named = {pk for _, payload, tenant in events if tenant is not None
+             for v in payload.get("victims") or () if (pk := candidate_allocation(v)) is not None}
+    owner = dict(Allocation.objects.filter(pk__in=named).values_list("pk", "tenant_id")) if named else {}
+    out = []
+    for _, payload, tenant in events:
+        if tenant is None or "victims" not in payload:
+            out.append(payload)
+            continue
+        own = [v for v in payload["victims"] if owner.get(candidate_allocation(v) or 0) == tenant]
+        out.append({**payload, "victims": own, "other_victims": len(payload["victims"]) - len(own)})
+    return out
+
+
 def explanation(alloc: Allocation, user: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """What ``user`` may read of why ``alloc`` waits or was preempted: its latest decision, and
     every decision that chose it as a victim, oldest first (a fixed number of queries)."""
