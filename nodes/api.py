@@ -12,7 +12,11 @@ from rest_framework.response import Response
 from nodes import actions
 from nodes.models import Node
 from scheduling.api.permissions import IsOperator
-from scheduling.api.serializers import ReasonInput
+from scheduling.api.serializers import ReasonInput, RefuseUnknown
+
+
+class AgentTokenInput(RefuseUnknown, serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
 class NodeOutput(serializers.ModelSerializer):
@@ -53,6 +57,8 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         """A new token for the node's agent, in this response only; earlier ones are revoked.
         A ``reason`` is optional here and kept in the audit log."""
         node = self.get_object()
-        reason = str(request.data.get("reason", ""))[:2000] if hasattr(request.data, "get") else ""
-        token: Any = actions.agent_token_replace(node=node, actor=request.user, reason=reason)
+        data = AgentTokenInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        token: Any = actions.agent_token_replace(node=node, actor=request.user,
+                                                 reason=data.validated_data["reason"])
         return Response({"node": node.name, "token": token, "note": "shown once; earlier tokens are revoked"})

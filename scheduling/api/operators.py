@@ -29,7 +29,7 @@ from scheduling.actions.overrides import (
 from scheduling.actions.policies import config_save, snapshot
 from scheduling.api.pagination import NewestFirst, OldestFirst
 from scheduling.api.permissions import IsOperator
-from scheduling.api.serializers import ReasonInput
+from scheduling.api.serializers import ReasonInput, RefuseUnknown
 from scheduling.models import (
     Allocation,
     PolicyChange,
@@ -43,15 +43,26 @@ from scheduling.preview import policy_preview
 from scheduling.selectors import audit_changes, audit_entries
 
 
+class AlongsideReason(ReasonInput):
+    """The reason of an audited edit, read from a body whose other fields its serializer checks."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = {"reason": data["reason"]} if "reason" in data else {}
+        return super().to_internal_value(data)
+
+
 def _reason(request: Request) -> str:
-    data = ReasonInput(data=request.data)
+    data = AlongsideReason(data=request.data)
     data.is_valid(raise_exception=True)
     return str(data.validated_data["reason"])
 
 
-class Checked(serializers.ModelSerializer):
-    """A model serializer that also runs the model's own checks (its constraints included), so
+class Checked(RefuseUnknown, serializers.ModelSerializer):
+    """A model serializer (edited with a ``reason``) that also runs the model's own checks (its constraints included), so
     a value the database would refuse is a 400 with the field named, not a 500."""
+
+    also_known = ("reason",)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         model = self.Meta.model
@@ -162,7 +173,7 @@ class GroupOutput(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class PolicyInput(serializers.Serializer):
+class PolicyInput(RefuseUnknown, serializers.Serializer):
     policy = serializers.JSONField()
 
     def validate_policy(self, value: Any) -> dict[str, Any]:

@@ -90,3 +90,48 @@ def test_django_s_own_errors_under_the_api_are_json(alice, client):
     assert missing.status_code == 404 and missing.json() == {"detail": "Not found."}
     page = client.get("/no-such-page/")
     assert page.status_code == 404 and not page["Content-Type"].startswith("application/json")
+
+
+OPERATOR_WRITES = [
+    ("put", "/api/v1/resource-groups/rg-main/policy/", {"policy": {"kind": "priority"}, "reason": "r"}),
+    ("post", "/api/v1/resource-groups/rg-main/preview/", {"policy": {"kind": "priority"}}),
+    ("post", "/api/v1/vclusters/", {"resource_group": "rg-main", "name": "ml", "reason": "r"}),
+    ("patch", "/api/v1/vclusters/{vc}/", {"max_borrow_pct": 0.5, "reason": "r"}),
+    ("post", "/api/v1/session-types/", {"resource_group": "rg-main", "name": "batch", "reason": "r"}),
+    ("patch", "/api/v1/quotas/physics/", {"max_nodes": 1, "reason": "r"}),
+    ("post", "/api/v1/overrides/pause/", {"resource_group": "rg-main", "reason": "r"}),
+    ("post", "/api/v1/overrides/resume/", {"resource_group": "rg-main", "reason": "r"}),
+    ("post", "/api/v1/overrides/protect/", {"allocation": "{alloc}", "until": "2030-01-01T00:00:00Z",
+                                            "reason": "r"}),
+    ("post", "/api/v1/overrides/force-preempt/", {"allocation": "{alloc}", "reason": "r"}),
+    ("post", "/api/v1/nodes/gpu-a/drain/", {"reason": "r"}),
+    ("post", "/api/v1/nodes/gpu-a/undrain/", {"reason": "r"}),
+    ("post", "/api/v1/nodes/gpu-a/agent-token/", {"reason": "r"}),
+]
+
+
+@pytest.mark.parametrize(("method", "url", "body"), OPERATOR_WRITES)
+def test_an_unknown_field_in_an_operator_write_is_refused_by_name(ops, make_allocation, vcluster_hpc, method,
+                                                                  url, body):
+    from scheduling.models import PolicyChange
+
+    alloc = make_allocation(state="running")
+    fill = {"{alloc}": alloc.pk, "{vc}": vcluster_hpc.pk}
+    url = url.format(**{k.strip("{}"): v for k, v in fill.items()})
+    body = {k: fill.get(v, v) if isinstance(v, str) else v for k, v in body.items()}
+    response = getattr(ops, method)(url, {**body, "reasn": "typo"}, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["reasn"]
+    assert not PolicyChange.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["/api/v1/allocations/", "/api/v1/allocations/what-if/"])
+def test_an_unknown_field_in_a_submission_is_refused_by_name(alice, path):
+    response = alice.post(path, {**JOB, "preemtion_class": 9}, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {"preemtion_class": ["unknown field"]}
+    response = alice.post(path, {**JOB, "constraints": {"same": "switch", "lables": {}}},
+                          content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {"constraints": {"lables": ["unknown field"]}}
+    assert not Allocation.objects.exists()
