@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "django_htmx",
+    "django_filters",
     "channels",
     "scheduling",
     "nodes",
@@ -165,6 +166,7 @@ REST_FRAMEWORK = {
     # NUL refused anywhere in a body; forms for the browsable API and form posts.
     "DEFAULT_PARSER_CLASSES": ["scheduling.api.parsers.JSONParser", "scheduling.api.parsers.FormParser",
                                "scheduling.api.parsers.MultiPartParser"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "scheduling.api.errors.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",

@@ -135,3 +135,23 @@ def test_an_unknown_field_in_a_submission_is_refused_by_name(alice, path):
     assert response.status_code == 400
     assert response.json() == {"constraints": {"lables": ["unknown field"]}}
     assert not Allocation.objects.exists()
+
+
+@pytest.mark.parametrize(("who", "url", "name"), [
+    ("alice", "/api/v1/allocations/?state=bogus", "state"),
+    ("alice", "/api/v1/allocations/?state=running,bogus", "state"),
+    ("alice", "/api/v1/allocations/?resource_group=nope", "resource_group"),
+    ("alice", "/api/v1/preemptions/?resource_group=nope", "resource_group"),
+    ("ops", "/api/v1/audit/?action=bogus", "action"),
+])
+def test_a_bad_filter_value_is_a_400_naming_the_filter(request, who, url, name):
+    response = request.getfixturevalue(who).get(url)
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == [name]
+
+
+def test_good_filter_values_still_filter(alice, make_allocation):
+    running, pending = make_allocation(state="running"), make_allocation(state="pending")
+    make_allocation(state="completed")
+    listed = alice.get("/api/v1/allocations/?state=running,pending&resource_group=rg-main").json()["results"]
+    assert sorted(a["id"] for a in listed) == sorted([running.pk, pending.pk])
