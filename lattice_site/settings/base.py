@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -31,6 +32,7 @@ INSTALLED_APPS = [
     "channels",
     "scheduling",
     "nodes",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -42,6 +44,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it answers a locked-out login with 429.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "lattice_site.urls"
@@ -149,6 +153,17 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Login throttling (django-axes): LOGIN_FAILURE_LIMIT failed logins for one username from one
+# address lock that pair out for LOGIN_COOLOFF_MINUTES (429, even with the right password); a
+# success resets the count. Other addresses and API tokens are unaffected. The address is the
+# connection's (REMOTE_ADDR): a forwarded header is not trusted.
+AUTHENTICATION_BACKENDS = ["lattice_site.login_throttle.LoginThrottle",
+                           "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
