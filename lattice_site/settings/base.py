@@ -182,7 +182,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["scheduling.api.parsers.JSONParser", "scheduling.api.parsers.FormParser",
                                "scheduling.api.parsers.MultiPartParser"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "scheduling.api.schema.LatticeSchema",
     "EXCEPTION_HANDLER": "scheduling.api.errors.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
     "PAGE_SIZE": 50,
@@ -191,6 +191,11 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Lattice API",
     "DESCRIPTION": "Allocations, decisions and policies of a Lattice control plane.",
     "VERSION": "1",
+    # Clients send JSON (the parsers also read forms, for the browsable API).
+    "PARSER_WHITELIST": ["scheduling.api.parsers.JSONParser"],
+    "COMPONENT_SPLIT_REQUEST": True,  # what a client sends, apart from what it reads back
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "scheduling.api.schema.require_reason"],
 }
 
 # Everything goes to the root's one handler. Django's own "django" logger has a console handler

@@ -63,9 +63,11 @@ class Checked(RefuseUnknown, serializers.ModelSerializer):
     """A model serializer (edited with a ``reason``) that also runs the model's own checks (its constraints included), so
     a value the database would refuse is a 400 with the field named, not a 500."""
 
-    also_known = ("reason",)
+    reason = serializers.CharField(write_only=True, max_length=2000, required=False,
+                                   help_text="Why: kept in the audit log. Required.")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs.pop("reason", None)  # read by the view (``_reason``), not a column
         model = self.Meta.model
         group = attrs.get("resource_group")
         if self.instance is not None and group is not None and group.pk != self.instance.resource_group_id:
@@ -106,7 +108,7 @@ class VClusterOutput(Checked):
     class Meta:
         model = VCluster
         fields = ["id", "resource_group", "name", "type", "allow_lending", "allow_borrowing", "max_borrow_pct",
-                  "weights", "tenants"]
+                  "weights", "tenants", "reason"]
 
 
 class VClusterViewSet(AuditedViewSet):
@@ -120,7 +122,7 @@ class SessionTypeOutput(Checked):
     class Meta:
         model = SessionType
         fields = ["id", "resource_group", "name", "priority", "preemptive", "preemptable", "preempts", "rank",
-                  "scope", "criteria", "default_class", "mode"]
+                  "scope", "criteria", "default_class", "mode", "reason"]
 
 
 class SessionTypeViewSet(AuditedViewSet):
@@ -134,7 +136,7 @@ class QuotaOutput(Checked):
     class Meta:
         model = Quota
         fields = ["id", "tenant", "max_nodes", "max_gpus", "max_concurrent_allocations", "max_preemption_class",
-                  "max_priority", "fair_share", "burst_allowance", "gpu_hours_budget"]
+                  "max_priority", "fair_share", "burst_allowance", "gpu_hours_budget", "reason"]
 
 
 class QuotaViewSet(AuditedViewSet):
