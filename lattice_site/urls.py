@@ -32,3 +32,8 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]
+
+handler400 = "lattice_site.error_views.bad_request"
+handler403 = "lattice_site.error_views.permission_denied"
+handler404 = "lattice_site.error_views.page_not_found"
+handler500 = "lattice_site.error_views.server_error"

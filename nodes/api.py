@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -11,8 +12,13 @@ from rest_framework.response import Response
 
 from nodes import actions
 from nodes.models import Node
-from scheduling.api.serializers import ReasonInput
+from scheduling.api.pagination import OldestFirst
+from scheduling.api.serializers import ReasonInput, RefuseUnknown
 from scheduling.permissions import IsOperator
+
+
+class AgentTokenInput(RefuseUnknown, serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
 class NodeOutput(serializers.ModelSerializer):
@@ -30,6 +36,7 @@ class NodeOutput(serializers.ModelSerializer):
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     permission_classes = [IsOperator]
     serializer_class = NodeOutput
+    pagination_class = OldestFirst
     queryset = Node.objects.select_related("resource_group", "vcluster", "borrowed_by").order_by("name")
     lookup_field = "name"
 
@@ -38,21 +45,27 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         data.is_valid(raise_exception=True)
         return str(data.validated_data["reason"])
 
+    @extend_schema(request=ReasonInput, responses={200: NodeOutput})
     @action(detail=True, methods=["post"])
     def drain(self, request: Request, name: str | None = None) -> Response:
         node = actions.node_drain(node=self.get_object(), actor=request.user, reason=self._reason(request))
         return Response(NodeOutput(node).data)
 
+    @extend_schema(request=ReasonInput, responses={200: NodeOutput})
     @action(detail=True, methods=["post"])
     def undrain(self, request: Request, name: str | None = None) -> Response:
         node = actions.node_undrain(node=self.get_object(), actor=request.user, reason=self._reason(request))
         return Response(NodeOutput(node).data)
 
+    @extend_schema(request=AgentTokenInput, responses={200: inline_serializer("AgentToken", {
+        "node": serializers.CharField(), "token": serializers.CharField(), "note": serializers.CharField()})})
     @action(detail=True, methods=["post"], url_path="agent-token")
     def agent_token(self, request: Request, name: str | None = None) -> Response:
         """A new token for the node's agent, in this response only; earlier ones are revoked.
         A ``reason`` is optional here and kept in the audit log."""
         node = self.get_object()
-        reason = str(request.data.get("reason", ""))[:2000] if hasattr(request.data, "get") else ""
-        token: Any = actions.agent_token_replace(node=node, actor=request.user, reason=reason)
+        data = AgentTokenInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        token: Any = actions.agent_token_replace(node=node, actor=request.user,
+                                                 reason=data.validated_data["reason"])
         return Response({"node": node.name, "token": token, "note": "shown once; earlier tokens are revoked"})

@@ -110,6 +110,19 @@ def _redact(row: dict[str, Any], victim_tenant: dict[int, int], mine: set[int] |
     return body
 
 
+HOLD_PREFIX = "hold:"
+
+
+def candidate_allocation(candidate_id: Any) -> int | None:
+    """The allocation a decision's candidate stands for: its id, or for a hold (``hold:N``, nodes
+    kept free for waiting preemptor N, not an allocation of its own) the allocation it is kept for.
+    None for anything else."""
+    text = str(candidate_id) if candidate_id is not None else ""
+    if text.startswith(HOLD_PREFIX):
+        text = text[len(HOLD_PREFIX):]
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def redact_decision(record: PreemptionDecision, user: Any) -> dict[str, Any]:
     """One decision record in full as ``user`` may read it (see ``redact_decisions``)."""
     return redact_decisions([record], user)[0]
@@ -134,20 +147,38 @@ def redact_decisions(records: list[PreemptionDecision], user: Any) -> list[dict[
                 for row, record in zip(rows, records, strict=True)]
     mine = set(tenant_ids(user))
     victims = victim_tenants([record.pk for record in records])
-    # Candidates of the reader's own decisions that are the reader's own work, in one query.
-    asked = {int(c["id"]) for row, record in zip(rows, records, strict=True)
-             if row["preemptor__tenant_id"] in mine for c in record.candidates if "id" in c}
-    own_work = set(map(str, Allocation.objects.filter(tenant_id__in=mine, pk__in=asked).values_list(
-        "pk", flat=True))) if asked else set()
+    # Candidates of the reader's own decisions that are the reader's own work (a hold: nodes kept
+    # for the reader's own waiting request), in one query.
+    asked = {pk for row, record in zip(rows, records, strict=True) if row["preemptor__tenant_id"] in mine
+             for c in record.candidates if (pk := candidate_allocation(c.get("id"))) is not None}
+    own_work = set(Allocation.objects.filter(tenant_id__in=mine, pk__in=asked).values_list(
+        "pk", flat=True)) if asked else set()
     out = []
     for row, record in zip(rows, records, strict=True):
         chosen = victims.get(record.pk, {})
         own_ids = {str(i) for i, t in chosen.items() if t in mine}
         if row["preemptor__tenant_id"] in mine:
-            own_ids |= {c["id"] for c in record.candidates if c.get("id") in own_work}
+            own_ids |= {c["id"] for c in record.candidates if candidate_allocation(c.get("id")) in own_work}
         candidates = [c for c in record.candidates if c.get("id") in own_ids]
         hidden = len([c for c in record.candidates if "id" in c]) - len(candidates)
         out.append({**_redact(row, chosen, mine), "candidates": candidates, "other_candidates": hidden})
+    return out
+
+
+def live_for_tenants(events: list[tuple[str, dict[str, Any], int | None]]) -> list[dict[str, Any]]:
+    """Each live event's payload as its tenant's group may read it, as REST redacts a decision:
+    victims of that tenant by id, any other tenant's only counted (``other_victims``). One query
+    for all the events' victims; payloads without victims are the operators' as they are."""
+    named = {pk for _, payload, tenant in events if tenant is not None
+             for v in payload.get("victims") or () if (pk := candidate_allocation(v)) is not None}
+    owner = dict(Allocation.objects.filter(pk__in=named).values_list("pk", "tenant_id")) if named else {}
+    out = []
+    for _, payload, tenant in events:
+        if tenant is None or "victims" not in payload:
+            out.append(payload)
+            continue
+        own = [v for v in payload["victims"] if owner.get(candidate_allocation(v) or 0) == tenant]
+        out.append({**payload, "victims": own, "other_victims": len(payload["victims"]) - len(own)})
     return out
 
 

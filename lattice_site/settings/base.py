@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -27,19 +28,24 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "django_htmx",
+    "django_filters",
     "channels",
     "scheduling",
     "nodes",
+    "axes",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "lattice_site.middleware.RefuseNul",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it answers a locked-out login with 429.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "lattice_site.urls"
@@ -151,6 +157,17 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
+# Login throttling (django-axes): LOGIN_FAILURE_LIMIT failed logins for one username from one
+# address lock that pair out for LOGIN_COOLOFF_MINUTES (429, even with the right password); a
+# success resets the count. Other addresses and API tokens are unaffected. The address is the
+# connection's (REMOTE_ADDR): a forwarded header is not trusted.
+AUTHENTICATION_BACKENDS = ["lattice_site.login_throttle.LoginThrottle",
+                           "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -164,7 +181,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["scheduling.api.renderers.JSONRenderer",
                                  "rest_framework.renderers.BrowsableAPIRenderer"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # NUL refused anywhere in a body; forms for the browsable API and form posts.
+    "DEFAULT_PARSER_CLASSES": ["scheduling.api.parsers.JSONParser", "scheduling.api.parsers.FormParser",
+                               "scheduling.api.parsers.MultiPartParser"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "scheduling.api.schema.LatticeSchema",
     "EXCEPTION_HANDLER": "scheduling.api.errors.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
     "PAGE_SIZE": 50,
@@ -173,6 +194,11 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Lattice API",
     "DESCRIPTION": "Allocations, decisions and policies of a Lattice control plane.",
     "VERSION": "1",
+    # Clients send JSON (the parsers also read forms, for the browsable API).
+    "PARSER_WHITELIST": ["scheduling.api.parsers.JSONParser"],
+    "COMPONENT_SPLIT_REQUEST": True,  # what a client sends, apart from what it reads back
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "scheduling.api.schema.require_reason"],
 }
 
 # Everything goes to the root's one handler. Django's own "django" logger has a console handler

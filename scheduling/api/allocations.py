@@ -14,6 +14,7 @@ from rest_framework.response import Response
 
 from scheduling import decisions
 from scheduling.actions.admission import allocation_cancel, allocation_submit
+from scheduling.api.filters import AllocationFilter
 from scheduling.api.pagination import NewestFirst, OldestFirst
 from scheduling.api.serializers import AllocationInput, AllocationOutput, EventOutput
 from scheduling.models import Allocation
@@ -24,18 +25,14 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     serializer_class = AllocationOutput
     pagination_class = NewestFirst
 
+    filterset_class = AllocationFilter
+
     def get_queryset(self) -> QuerySet[Allocation]:
-        qs = allocations_visible(self.request.user)
-        params = self.request.query_params
-        if params.get("state"):
-            qs = qs.filter(state__in=params["state"].split(","))
-        if params.get("resource_group"):
-            qs = qs.filter(resource_group__name=params["resource_group"])
-        return qs
+        return allocations_visible(self.request.user)
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Newest first, a cursor per page, read as plain rows of the columns shown."""
-        page = self.paginate_queryset(self.get_queryset().values(*AllocationOutput.columns()))
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()).values(*AllocationOutput.columns()))
         assert page is not None
         return self.get_paginated_response([AllocationOutput.from_row(row) for row in page])
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -27,8 +27,9 @@ from scheduling.actions.overrides import (
     group_policy_edit,
 )
 from scheduling.actions.policies import config_save, snapshot
+from scheduling.api.filters import AuditFilter
 from scheduling.api.pagination import NewestFirst, OldestFirst
-from scheduling.api.serializers import ReasonInput
+from scheduling.api.serializers import ReasonInput, RefuseUnknown
 from scheduling.decisions import policy_preview
 from scheduling.models import (
     Allocation,
@@ -41,20 +42,33 @@ from scheduling.models import (
 )
 from scheduling.models.cluster import validate_policy
 from scheduling.permissions import IsOperator
-from scheduling.selectors import audit_changes, audit_entries
+from scheduling.selectors import audit_changes
+
+
+class AlongsideReason(ReasonInput):
+    """The reason of an audited edit, read from a body whose other fields its serializer checks."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = {"reason": data["reason"]} if "reason" in data else {}
+        return super().to_internal_value(data)
 
 
 def _reason(request: Request) -> str:
-    data = ReasonInput(data=request.data)
+    data = AlongsideReason(data=request.data)
     data.is_valid(raise_exception=True)
     return str(data.validated_data["reason"])
 
 
-class Checked(serializers.ModelSerializer):
-    """A model serializer that also runs the model's own checks (its constraints included), so
+class Checked(RefuseUnknown, serializers.ModelSerializer):
+    """A model serializer (edited with a ``reason``) that also runs the model's own checks (its constraints included), so
     a value the database would refuse is a 400 with the field named, not a 500."""
 
+    reason = serializers.CharField(write_only=True, max_length=2000, required=False,
+                                   help_text="Why: kept in the audit log. Required.")
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs.pop("reason", None)  # read by the view (``_reason``), not a column
         model = self.Meta.model
         group = attrs.get("resource_group")
         if self.instance is not None and group is not None and group.pk != self.instance.resource_group_id:
@@ -95,7 +109,7 @@ class VClusterOutput(Checked):
     class Meta:
         model = VCluster
         fields = ["id", "resource_group", "name", "type", "allow_lending", "allow_borrowing", "max_borrow_pct",
-                  "weights", "tenants"]
+                  "weights", "tenants", "reason"]
 
 
 class VClusterViewSet(AuditedViewSet):
@@ -109,7 +123,7 @@ class SessionTypeOutput(Checked):
     class Meta:
         model = SessionType
         fields = ["id", "resource_group", "name", "priority", "preemptive", "preemptable", "preempts", "rank",
-                  "scope", "criteria", "default_class", "mode"]
+                  "scope", "criteria", "default_class", "mode", "reason"]
 
 
 class SessionTypeViewSet(AuditedViewSet):
@@ -123,7 +137,7 @@ class QuotaOutput(Checked):
     class Meta:
         model = Quota
         fields = ["id", "tenant", "max_nodes", "max_gpus", "max_concurrent_allocations", "max_preemption_class",
-                  "max_priority", "fair_share", "burst_allowance", "gpu_hours_budget"]
+                  "max_priority", "fair_share", "burst_allowance", "gpu_hours_budget", "reason"]
 
 
 class QuotaViewSet(AuditedViewSet):
@@ -163,7 +177,7 @@ class GroupOutput(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class PolicyInput(serializers.Serializer):
+class PolicyInput(RefuseUnknown, serializers.Serializer):
     policy = serializers.JSONField()
 
     def validate_policy(self, value: Any) -> dict[str, Any]:
@@ -279,16 +293,11 @@ class AuditOutput(serializers.ModelSerializer):
         return audit_changes(entry.before, entry.after)
 
 
-@extend_schema(parameters=[OpenApiParameter(name, str, description=text) for name, text in (
-    ("action", "create, edit, delete, protect, force_preempt, pause, resume, drain, undrain, agent_token"),
-    ("actor", "a username, or 'system'"), ("target_type", "such as scheduling.resourcegroup"),
-    ("target", "the changed row's id"))])
 class AuditViewSet(viewsets.ReadOnlyModelViewSet):
     """The audit log of policy changes and overrides, newest first (the console's Audit page)."""
 
     permission_classes = [IsOperator]
     pagination_class = NewestFirst
     serializer_class = AuditOutput
-
-    def get_queryset(self) -> Any:
-        return audit_entries(self.request.query_params)
+    filterset_class = AuditFilter
+    queryset = PolicyChange.objects.select_related("actor").order_by("-id")

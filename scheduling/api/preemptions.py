@@ -8,6 +8,7 @@ from rest_framework import viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from scheduling.api.filters import DecisionFilter
 from scheduling.api.pagination import NewestFirst
 from scheduling.api.serializers import DecisionOutput
 from scheduling.selectors import LIST_FIELDS, decisions_visible, redact_decision, redact_rows
@@ -17,16 +18,14 @@ class PreemptionViewSet(viewsets.ReadOnlyModelViewSet):
     pagination_class = NewestFirst
     serializer_class = DecisionOutput
 
+    filterset_class = DecisionFilter
+
     def get_queryset(self) -> Any:
-        qs = decisions_visible(self.request.user)
-        group = self.request.query_params.get("resource_group")
-        if group:
-            qs = qs.filter(resource_group__name=group)
-        return qs
+        return decisions_visible(self.request.user)
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Newest first, a cursor per page; each record without its candidates (see the detail)."""
-        page = self.paginate_queryset(self.get_queryset().values(*LIST_FIELDS))
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()).values(*LIST_FIELDS))
         assert page is not None
         return self.get_paginated_response(redact_rows(page, request.user))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -14,18 +15,34 @@ from scheduling.models import Allocation, AllocationEvent, ResourceGroup, Sessio
 from scheduling.models.allocations import RESOURCES, Checkpoint, RequeuePolicy
 
 
-class ReasonInput(serializers.Serializer):
+class RefuseUnknown:
+    """Mix into a serializer (before the DRF base) that takes input: a field it does not have is a
+    400 naming that field, not silently dropped (``{"preemtion_class": 9}`` was accepted as class 0).
+    ``also_known`` names fields read elsewhere from the same body (an audited edit's ``reason``)."""
+
+    also_known: tuple[str, ...] = ()
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            known = set(self.fields) | set(self.also_known)  # type: ignore[attr-defined]
+            unknown = sorted(str(name) for name in data if name not in known)
+            if unknown:
+                raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class ReasonInput(RefuseUnknown, serializers.Serializer):
     """Why an operator changes something; kept in the audit log."""
 
     reason = serializers.CharField(max_length=2000)
 
 
-class ConstraintsField(serializers.Serializer):
+class ConstraintsField(RefuseUnknown, serializers.Serializer):
     labels = serializers.DictField(child=serializers.CharField(max_length=128), required=False)
     same = serializers.CharField(max_length=64, required=False)
 
 
-class AllocationInput(serializers.Serializer):
+class AllocationInput(RefuseUnknown, serializers.Serializer):
     """What a tenant submits. Validates everything; nothing is stored here."""
 
     resource_group = serializers.SlugRelatedField(slug_field="name", queryset=ResourceGroup.objects.all())

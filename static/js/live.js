@@ -23,6 +23,7 @@
       if (ev.kind === "decision") {
         text = "decision " + ev.decision + ": " + ev.code + " for #" + ev.preemptor +
                (ev.victims && ev.victims.length ? " (victims " + ev.victims.join(", ") + ")" : "") +
+               (ev.other_victims ? " (" + ev.other_victims + " of other tenants)" : "") +
                (ev.shadow ? " [shadow]" : "");
         var a = document.createElement("a"); a.href = "/ops/decisions/" + ev.decision + "/"; a.textContent = text;
         li.appendChild(a);

@@ -131,3 +131,42 @@ def test_explain_reads_every_preemption_redacted_in_a_fixed_number_of_queries(cr
         assert shown["victims"][0]["id"] == str(low.pk)
         assert {c["id"] for c in shown["candidates"]} <= {str(low.pk)}
         assert "policy" not in shown
+
+
+@pytest.fixture
+def decision_with_a_hold(make_allocation, tenant_physics, tenant_chemistry, resource_group):
+    """alice's pending request waits; its decision's candidates include a hold (nodes reserved for
+    another waiting preemptor, ``hold:N``), one of alice's allocations and one of chemistry's."""
+    waiting = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=3)
+    mine = make_allocation(state="running", node_count=1, per_node_gpu=8)
+    theirs = Allocation.objects.create(resource_group=resource_group, tenant=tenant_chemistry,
+                                       user=tenant_chemistry.memberships.first().user,
+                                       submitted_at=timezone.now(), state="pending", node_count=1)
+    record = PreemptionDecision.objects.create(
+        resource_group=resource_group, preemptor=waiting, decided_for=timezone.now(), result="wait",
+        code="NO_VICTIMS", nodes=[], victims=[], explanation="waits",
+        candidates=[{"id": f"hold:{theirs.pk}", "verdict": "excluded", "code": "NOT_PREEMPTIBLE"},
+                    {"id": str(mine.pk), "verdict": "excluded", "code": "CLASS_TOO_HIGH"},
+                    {"id": f"hold:{waiting.pk}", "verdict": "excluded", "code": "NOT_PREEMPTIBLE"}])
+    DecisionAudience.objects.create(tenant=tenant_physics, decision=record)
+    return waiting, mine, theirs, record
+
+
+def test_a_hold_among_the_candidates_is_shown_as_a_hold_and_never_crashes(decision_with_a_hold, api_for,
+                                                                          operator):
+    waiting, mine, theirs, record = decision_with_a_hold
+    alice = api_for("alice")
+    detail = alice.get(f"/api/v1/preemptions/{record.pk}/")
+    assert detail.status_code == 200
+    # Its own work and the hold kept for its own request are named; another tenant's hold is counted.
+    assert {c["id"] for c in detail.json()["candidates"]} == {str(mine.pk), f"hold:{waiting.pk}"}
+    assert detail.json()["other_candidates"] == 1
+    explained = alice.get(f"/api/v1/allocations/{waiting.pk}/explain/")
+    assert explained.status_code == 200
+    assert explained.json()["waiting"]["id"] == record.pk
+    assert f"hold:{theirs.pk}" not in explained.content.decode()
+    page = alice.get(f"/jobs/{waiting.pk}/")
+    assert page.status_code == 200
+
+    ops = api_for("op").get(f"/api/v1/preemptions/{record.pk}/").json()
+    assert [c["id"] for c in ops["candidates"]] == [f"hold:{theirs.pk}", str(mine.pk), f"hold:{waiting.pk}"]

@@ -1,0 +1,25 @@
+"""Refuse what no view can use before any view runs: a NUL character in the path or in a query
+parameter (PostgreSQL refuses NUL in text, so a lookup with one was a 500). The answer is a 400
+in JSON naming the parameter (``path`` for the path), as the API's field errors are."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+NUL = "\x00"
+NUL_MESSAGE = "must not contain a NUL character"
+
+
+class RefuseNul:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if NUL in request.path_info:
+            return JsonResponse({"path": [NUL_MESSAGE]}, status=400)
+        for name, values in request.GET.lists():
+            if NUL in name or any(NUL in value for value in values):
+                return JsonResponse({name.replace(NUL, "\\0"): [NUL_MESSAGE]}, status=400)
+        return self.get_response(request)

@@ -1,0 +1,56 @@
+"""The list endpoints' filters (django-filter): a value that names nothing (``?state=bogus``, a
+resource group that does not exist, an unknown audit action) is a 400 naming the filter, not an
+empty list; and the schema documents each filter with its choices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters as filters
+from django.db.models import QuerySet
+
+from scheduling.models import Allocation, PolicyChange, PreemptionDecision, ResourceGroup
+from scheduling.states import State
+
+AUDIT_ACTIONS = ("create", "edit", "delete", "protect", "force_preempt", "pause", "resume", "drain", "undrain",
+                 "agent_token")
+
+
+class ChoicesIn(filters.BaseInFilter, filters.ChoiceFilter):
+    """Comma-separated values, each one of the choices."""
+
+
+def _group() -> filters.ModelChoiceFilter:
+    return filters.ModelChoiceFilter(field_name="resource_group", to_field_name="name",
+                                     queryset=ResourceGroup.objects.all(), help_text="a resource group's name")
+
+
+class AllocationFilter(filters.FilterSet):
+    state = ChoicesIn(choices=State.choices, help_text="one state, or several separated by commas")
+    resource_group = _group()
+
+    class Meta:
+        model = Allocation
+        fields: list[str] = []
+
+
+class DecisionFilter(filters.FilterSet):
+    resource_group = _group()
+
+    class Meta:
+        model = PreemptionDecision
+        fields: list[str] = []
+
+
+class AuditFilter(filters.FilterSet):
+    action = filters.ChoiceFilter(choices=[(a, a) for a in AUDIT_ACTIONS])
+    actor = filters.CharFilter(method="by_actor", help_text="a username, or 'system'")
+    target_type = filters.CharFilter(help_text="such as scheduling.resourcegroup")
+    target = filters.CharFilter(field_name="target_id", help_text="the changed row's id")
+
+    class Meta:
+        model = PolicyChange
+        fields: list[str] = []
+
+    def by_actor(self, qs: QuerySet[PolicyChange], name: str, value: Any) -> QuerySet[PolicyChange]:
+        return qs.filter(actor__isnull=True) if value == "system" else qs.filter(actor__username=value)

@@ -1,0 +1,157 @@
+"""Hostile input answers 400 (or 413) with a JSON body naming what was wrong, never a 500 or an
+HTML page: NUL characters (PostgreSQL refuses them in text), unknown fields, bad filter values,
+an over-limit body."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.models import Allocation
+
+pytestmark = pytest.mark.django_db
+
+JOB = {"resource_group": "rg-main", "vcluster": "hpc", "nodes": 1, "per_node": {"gpu": 8},
+       "preemption_class": 3, "checkpoint": "auto", "command": ["sleep", "60"]}
+
+
+@pytest.fixture
+def alice(api_for, tenant_physics, two_nodes):
+    return api_for("alice")
+
+
+@pytest.fixture
+def ops(client, operator, tenant_physics, two_nodes):
+    client.force_login(operator)
+    return client
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("path", "over", "field"), [
+    ("/api/v1/allocations/", {"resource_group": "rg\x00main"}, "resource_group"),
+    ("/api/v1/allocations/what-if/", {"resource_group": "rg\x00main"}, "resource_group"),
+    ("/api/v1/allocations/", {"env": {"A\x00B": "1"}}, "env"),
+    ("/api/v1/allocations/", {"constraints": {"labels": {"s\x00": "x"}}}, "constraints"),
+])
+def test_a_nul_in_a_submission_is_a_field_error(alice, path, over, field):
+    response = alice.post(path, {**JOB, **over}, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert field in response.json()
+    assert not Allocation.objects.exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("who", "url", "name"), [
+    ("alice", "/api/v1/allocations/?state=run%00ning", "state"),
+    ("alice", "/api/v1/allocations/?resource_group=rg%00", "resource_group"),
+    ("alice", "/api/v1/preemptions/?resource_group=rg%00", "resource_group"),
+    ("ops", "/api/v1/audit/?actor=op%00", "actor"),
+    ("ops", "/api/v1/audit/?target=1%00", "target"),
+    ("ops", "/api/v1/nodes/gpu%00a/", "path"),
+    ("ops", "/api/v1/quotas/phys%00ics/", "path"),
+    ("ops", "/api/v1/tenants/phys%00ics/", "path"),
+    ("ops", "/api/v1/resource-groups/rg%00/", "path"),
+])
+def test_a_nul_in_a_lookup_is_a_400_naming_it(request, who, url, name):
+    response = request.getfixturevalue(who).get(url)
+    assert response.status_code == 400, response.content
+    assert response["Content-Type"].startswith("application/json")
+    assert name in response.json()
+
+
+@pytest.mark.postgres
+def test_a_nul_in_an_operator_write_is_a_field_error(ops):
+    response = ops.post("/api/v1/overrides/pause/", {"resource_group": "rg\x00", "reason": "r"},
+                        content_type="application/json")
+    assert response.status_code == 400
+    assert "resource_group" in response.json()
+    response = ops.patch("/api/v1/quotas/physics/", {"max_nodes": 2, "reason": "r\x00"},
+                         content_type="application/json")
+    assert response.status_code == 400
+    assert "reason" in response.json()
+
+
+def test_an_over_limit_body_is_refused_in_json(alice, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = alice.post("/api/v1/allocations/", {**JOB, "name": "x" * 2000}, content_type="application/json")
+    assert response.status_code == 413
+    assert response["Content-Type"].startswith("application/json")
+    assert "detail" in response.json()
+
+
+@pytest.mark.postgres
+def test_a_nul_in_a_form_post_is_a_field_error(ops):
+    response = ops.post("/api/v1/overrides/pause/", {"resource_group": "rg\x00", "reason": "r"})
+    assert response.status_code == 400
+    assert "resource_group" in response.json()
+
+
+def test_django_s_own_errors_under_the_api_are_json(alice, client):
+    missing = alice.get("/api/v1/no-such-thing/")
+    assert missing.status_code == 404 and missing.json() == {"detail": "Not found."}
+    page = client.get("/no-such-page/")
+    assert page.status_code == 404 and not page["Content-Type"].startswith("application/json")
+
+
+OPERATOR_WRITES = [
+    ("put", "/api/v1/resource-groups/rg-main/policy/", {"policy": {"kind": "priority"}, "reason": "r"}),
+    ("post", "/api/v1/resource-groups/rg-main/preview/", {"policy": {"kind": "priority"}}),
+    ("post", "/api/v1/vclusters/", {"resource_group": "rg-main", "name": "ml", "reason": "r"}),
+    ("patch", "/api/v1/vclusters/{vc}/", {"max_borrow_pct": 0.5, "reason": "r"}),
+    ("post", "/api/v1/session-types/", {"resource_group": "rg-main", "name": "batch", "reason": "r"}),
+    ("patch", "/api/v1/quotas/physics/", {"max_nodes": 1, "reason": "r"}),
+    ("post", "/api/v1/overrides/pause/", {"resource_group": "rg-main", "reason": "r"}),
+    ("post", "/api/v1/overrides/resume/", {"resource_group": "rg-main", "reason": "r"}),
+    ("post", "/api/v1/overrides/protect/", {"allocation": "{alloc}", "until": "2030-01-01T00:00:00Z",
+                                            "reason": "r"}),
+    ("post", "/api/v1/overrides/force-preempt/", {"allocation": "{alloc}", "reason": "r"}),
+    ("post", "/api/v1/nodes/gpu-a/drain/", {"reason": "r"}),
+    ("post", "/api/v1/nodes/gpu-a/undrain/", {"reason": "r"}),
+    ("post", "/api/v1/nodes/gpu-a/agent-token/", {"reason": "r"}),
+]
+
+
+@pytest.mark.parametrize(("method", "url", "body"), OPERATOR_WRITES)
+def test_an_unknown_field_in_an_operator_write_is_refused_by_name(ops, make_allocation, vcluster_hpc, method,
+                                                                  url, body):
+    from scheduling.models import PolicyChange
+
+    alloc = make_allocation(state="running")
+    fill = {"{alloc}": alloc.pk, "{vc}": vcluster_hpc.pk}
+    url = url.format(**{k.strip("{}"): v for k, v in fill.items()})
+    body = {k: fill.get(v, v) if isinstance(v, str) else v for k, v in body.items()}
+    response = getattr(ops, method)(url, {**body, "reasn": "typo"}, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["reasn"]
+    assert not PolicyChange.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["/api/v1/allocations/", "/api/v1/allocations/what-if/"])
+def test_an_unknown_field_in_a_submission_is_refused_by_name(alice, path):
+    response = alice.post(path, {**JOB, "preemtion_class": 9}, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {"preemtion_class": ["unknown field"]}
+    response = alice.post(path, {**JOB, "constraints": {"same": "switch", "lables": {}}},
+                          content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {"constraints": {"lables": ["unknown field"]}}
+    assert not Allocation.objects.exists()
+
+
+@pytest.mark.parametrize(("who", "url", "name"), [
+    ("alice", "/api/v1/allocations/?state=bogus", "state"),
+    ("alice", "/api/v1/allocations/?state=running,bogus", "state"),
+    ("alice", "/api/v1/allocations/?resource_group=nope", "resource_group"),
+    ("alice", "/api/v1/preemptions/?resource_group=nope", "resource_group"),
+    ("ops", "/api/v1/audit/?action=bogus", "action"),
+])
+def test_a_bad_filter_value_is_a_400_naming_the_filter(request, who, url, name):
+    response = request.getfixturevalue(who).get(url)
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == [name]
+
+
+def test_good_filter_values_still_filter(alice, make_allocation):
+    running, pending = make_allocation(state="running"), make_allocation(state="pending")
+    make_allocation(state="completed")
+    listed = alice.get("/api/v1/allocations/?state=running,pending&resource_group=rg-main").json()["results"]
+    assert sorted(a["id"] for a in listed) == sorted([running.pk, pending.pk])
