@@ -98,3 +98,21 @@ def test_a_batch_never_writes_a_stale_node_nor_one_that_is_gone(node_gpu_a, reso
     draining.refresh_from_db()
     assert (node_gpu_a.last_seq, node_gpu_a.last_heartbeat_at) == (7, earlier)  # every heartbeat stale
     assert (draining.last_seq, draining.last_heartbeat_at, draining.state) == (3, now, "draining")
+
+
+def test_operators_list_nodes_by_name_across_pages(client, operator, resource_group):
+    """The node list pages by name (nodes have no creation time to order by)."""
+    from nodes.api import NodeViewSet
+
+    names = [f"n-{i:03d}" for i in range(NodeViewSet.pagination_class.page_size + 7)]
+    for name in reversed(names):
+        Node.objects.create(name=name, resource_group=resource_group, gpu=1)
+    client.force_login(operator)
+    seen, url = [], "/api/v1/nodes/"
+    while url:
+        response = client.get(url)
+        assert response.status_code == 200, response.content
+        body = response.json()
+        seen += [row["name"] for row in body["results"]]
+        url = body["next"]
+    assert seen == names
