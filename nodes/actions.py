@@ -23,11 +23,13 @@ from nodes.protocol import (
     Heartbeat,
     Hello,
     Started,
+    is_allocation_id,
 )
 from scheduling.actions import preemption as seq
 from scheduling.actions.allocations import allocation_transition
 from scheduling.actions.policies import policy_change_record
 from scheduling.dispatch import agent_command_on_commit, agent_revoked_on_commit, event_on_commit
+from scheduling.errors import InvalidTransition
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.states import FINAL, HOLDING, State
 
@@ -113,8 +115,27 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
             if never_sent:
                 reply.frames.append(seq.start_frame(alloc, node.name))
             else:
-                allocation_lost(allocation=alloc, reason=f"not running on {node.name} after reconnect", now=moment)
+                _lost_at_hello(node, alloc, moment)
     return reply
+
+
+def _lost_at_hello(node: Node, alloc: Allocation, now: datetime) -> None:
+    """Declare work the agent no longer runs lost, tolerating a concurrent change of the same
+    allocation: the agents of a multi-node allocation reconnect together at a fleet restart, and
+    each hello fails it. The loser of that race sees the allocation as it is now and acts on that
+    (nothing, when it has ended or left this node), rather than rolling its whole hello back."""
+    reason = f"not running on {node.name} after reconnect"
+    for _ in range(2):
+        try:
+            with transaction.atomic():
+                allocation_lost(allocation=alloc, reason=reason, now=now)
+            return
+        except InvalidTransition:
+            alloc.refresh_from_db()
+            still_here = Placement.objects.filter(allocation=alloc, node=node, kind="assigned").exists()
+            if alloc.state not in HOLDING or not still_here:
+                return
+    # Changed under us twice: the next hello or the liveness sweep settles it.
 
 
 def node_heartbeat(*, node: Node, frame: Heartbeat, now: datetime | None = None) -> None:
@@ -154,7 +175,7 @@ def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) 
 
 def _placed_here(node: Node, alloc_id: str) -> Allocation:
     """The allocation, if it is (or was, for a late exit) placed on this node; else refused."""
-    if not alloc_id.isdigit():
+    if not is_allocation_id(alloc_id):  # the parser refuses these; an action is called by others too
         raise FrameRefused("NOT_ON_THIS_NODE", f"allocation {alloc_id} is not placed on {node.name}")
     alloc = Allocation.objects.filter(pk=int(alloc_id)).first()
     if alloc is None:

@@ -149,6 +149,19 @@ def test_frames_are_handled_without_a_hop_to_the_shared_sync_thread(agent_node, 
     json.dumps({"type": "exited", "id": "x", "allocation": "1", "exit_code": 2**31, "reason": "failed"}),
     json.dumps({"type": "defer", "id": "x", "allocation": "1", "seconds": -1}),
     '{"type": "checkpoint_progress", "id": "x", "allocation": "1", "percent": NaN}',
+    # "²" passes str.isdigit() and fails int(); ids must be ASCII decimal numbers
+    json.dumps({"type": "exited", "id": "x", "allocation": "²", "exit_code": 0, "reason": "completed"}),
+    json.dumps({"type": "started", "id": "x", "allocation": "１２", "pid": 1}),
+    json.dumps({"type": "started", "id": "x", "allocation": "9" * 20, "pid": 1}),  # past a bigint
+    json.dumps({"type": "heartbeat", "id": "x", "seq": 7, "running": ["²"]}),
+    json.dumps({"type": "hello", "id": "x", "agent_version": "1", "capacity": {}, "labels": {},
+                "running": [{"allocation": "²"}]}),
+    # ids are stored (at most 128 characters); PostgreSQL stores no NUL in any text
+    json.dumps({"type": "started", "id": "x" * 129, "allocation": "1", "pid": 1}),
+    json.dumps({"type": "started", "id": "a\u0000b", "allocation": "1", "pid": 1}),
+    json.dumps({"type": "hello", "id": "x", "agent_version": "1\u0000", "capacity": {}, "labels": {},
+                "running": []}),
+    json.dumps({"type": "checkpoint_done", "id": "x", "allocation": "1", "ok": False, "error": "\u0000"}),
 ])
 def test_malformed_frames_get_bad_frame_and_keep_the_connection(agent_node, raw):
     node, token = agent_node
