@@ -36,6 +36,12 @@ from scheduling.states import FINAL, HOLDING, State
 HEARTBEAT_INTERVAL_S = 10
 HEARTBEAT_TIMEOUT_S = 30
 NODE_GRACE_S = 60
+# A processed frame's id makes a retry of that frame (its ack was lost, the agent resends it after
+# reconnecting) change nothing. Retries come within the agent's reconnect, so a day is ample; past
+# it the ids are pruned (a retry that late still finds its allocation's state machine, which
+# ignores an exit of ended work).
+FRAME_ID_RETENTION = timedelta(hours=24)
+PRUNE_BATCH = 10_000
 
 
 class FrameRefused(Exception):
@@ -220,6 +226,15 @@ def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, int]:
             seq.give_back_borrowed([node.pk])
             down += 1
     return {"degraded": degraded, "down": down}
+
+
+def processed_frames_prune(*, now: datetime | None = None) -> int:
+    """Forget frame ids older than FRAME_ID_RETENTION, at most PRUNE_BATCH per call (the periodic
+    sweep calls it every few seconds, so a backlog drains without one long statement)."""
+    cutoff = (now or timezone.now()) - FRAME_ID_RETENTION
+    old = list(ProcessedFrame.objects.filter(created_at__lt=cutoff).order_by("created_at")
+               .values_list("pk", flat=True)[:PRUNE_BATCH])
+    return ProcessedFrame.objects.filter(pk__in=old).delete()[0] if old else 0
 
 
 def node_drain(*, node: Node, actor: Any, reason: str) -> Node:

@@ -106,8 +106,8 @@ _ALLOWED = {kind: frozenset(fields) | {"type", "id"} for kind, (_, fields) in SC
 
 
 def parse(text: str | bytes) -> Frame:
-    if len(text) > MAX_FRAME_BYTES:
-        raise BadFrame(f"frame larger than {MAX_FRAME_BYTES} bytes")
+    if _size(text) > MAX_FRAME_BYTES:
+        raise BadFrame(f"frame larger than {MAX_FRAME_BYTES} bytes", _id_of(text))
     try:
         raw = orjson.loads(text)  # strict: no NaN, no lone surrogates, integers of at most 64 bits
     except orjson.JSONDecodeError:
@@ -143,6 +143,27 @@ def parse(text: str | bytes) -> Frame:
     frame = cls(**values)
     _check(frame)
     return frame  # type: ignore[no-any-return]
+
+
+def _size(text: str | bytes) -> int:
+    """The frame's size in bytes (UTF-8), counting a text frame's characters only when they could
+    be over the limit."""
+    if isinstance(text, bytes) or len(text) * 4 <= MAX_FRAME_BYTES or len(text) > MAX_FRAME_BYTES:
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _id_of(text: str | bytes) -> str | None:
+    """An oversized frame's id, when it has a valid one: the agent learns which frame was refused
+    (the server's WebSocket limit, 1 MiB, bounds what this parses)."""
+    try:
+        raw = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    frame_id = raw.get("id") if isinstance(raw, dict) else None
+    if isinstance(frame_id, str) and 0 < len(frame_id) <= MAX_ID_CHARS and "\x00" not in frame_id:
+        return frame_id
+    return None
 
 
 def is_allocation_id(value: object) -> bool:

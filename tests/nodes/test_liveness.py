@@ -116,3 +116,21 @@ def test_operators_list_nodes_by_name_across_pages(client, operator, resource_gr
         seen += [row["name"] for row in body["results"]]
         url = body["next"]
     assert seen == names
+
+
+def test_the_periodic_sweep_forgets_frame_ids_past_the_retry_window(node_gpu_a, resource_group):
+    """Processed frame ids serve retries of the same frame; older ones are pruned, newer kept."""
+    from nodes.actions import FRAME_ID_RETENTION
+    from nodes.models import ProcessedFrame
+    from nodes.tasks import node_liveness
+
+    other = Node.objects.create(name="gpu-b", resource_group=resource_group, gpu=8)
+    now = timezone.now()
+    ages = {"old-a": FRAME_ID_RETENTION + timedelta(minutes=1), "new-a": FRAME_ID_RETENTION - timedelta(minutes=5),
+            "old-b": FRAME_ID_RETENTION * 3, "new-b": timedelta(0)}
+    for frame_id, age in ages.items():
+        node = node_gpu_a if frame_id.endswith("a") else other
+        created = ProcessedFrame.objects.create(node=node, frame_id=frame_id)
+        ProcessedFrame.objects.filter(pk=created.pk).update(created_at=now - age)
+    node_liveness()
+    assert sorted(ProcessedFrame.objects.values_list("frame_id", flat=True)) == ["new-a", "new-b"]
