@@ -13,6 +13,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from nodes.late_exits import allocation_late_exit, lost_at_hello, lost_node_down
 from nodes.models import AgentToken, Node, NodeState, ProcessedFrame
 from nodes.protocol import (
     CheckpointDone,
@@ -130,7 +131,7 @@ def _lost_at_hello(node: Node, alloc: Allocation, now: datetime) -> None:
     allocation: the agents of a multi-node allocation reconnect together at a fleet restart, and
     each hello fails it. The loser of that race sees the allocation as it is now and acts on that
     (nothing, when it has ended or left this node), rather than rolling its whole hello back."""
-    reason = f"not running on {node.name} after reconnect"
+    reason = lost_at_hello(node.name)
     for _ in range(2):
         try:
             with transaction.atomic():
@@ -166,7 +167,12 @@ def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) 
                     AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
                                                    reason=f"started on {node.name} ({how})")
             elif isinstance(frame, Exited):
-                seq.allocation_exited(allocation=alloc, exit_code=frame.exit_code, reason=frame.reason, now=moment)
+                late = alloc.state == State.FAILED and allocation_late_exit(
+                    allocation=alloc, node_name=node.name, exit_code=frame.exit_code, reason=frame.reason,
+                    now=moment)
+                if not late:
+                    seq.allocation_exited(allocation=alloc, exit_code=frame.exit_code, reason=frame.reason,
+                                          now=moment)
             elif isinstance(frame, CheckpointProgress):
                 seq.allocation_checkpoint_progress(allocation=alloc, now=moment)
             elif isinstance(frame, CheckpointDone):
@@ -221,7 +227,7 @@ def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, int]:
             if not Node.objects.filter(pk=node.pk, state=NodeState.DEGRADED).update(state=NodeState.DOWN):
                 continue
             for p in Placement.objects.filter(node=node, kind="assigned").select_related("allocation"):
-                allocation_lost(allocation=p.allocation, reason=f"node {node.name} is down", now=moment)
+                allocation_lost(allocation=p.allocation, reason=lost_node_down(node.name), now=moment)
             Placement.objects.filter(node=node, kind="held").delete()
             seq.give_back_borrowed([node.pk])
             down += 1
