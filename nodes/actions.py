@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from nodes.late_exits import allocation_late_exit, lost_at_hello, lost_node_down
@@ -215,23 +216,36 @@ def allocation_lost(*, allocation: Allocation, reason: str, now: datetime) -> No
 
 def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, int]:
     """Ready -> Degraded after 30 s of silence; Degraded -> Down after 60 s more (work requeued or
-    failed by policy, capacity released). Safe to run any number of times."""
+    failed by policy, capacity released). A draining (or drained) node keeps that state, which is
+    the operator's to end (audited): after as long a silence its work is handled as lost all the
+    same, and counted in ``down``. Safe to run any number of times."""
     moment = now or timezone.now()
-    degraded = Node.objects.filter(state__in=[NodeState.READY, NodeState.DRAINING],
+    degraded = Node.objects.filter(state=NodeState.READY,
                                    last_heartbeat_at__lt=moment - timedelta(seconds=HEARTBEAT_TIMEOUT_S)).update(
         state=NodeState.DEGRADED)
-    down = 0
     cutoff = moment - timedelta(seconds=HEARTBEAT_TIMEOUT_S + NODE_GRACE_S)
-    for node in Node.objects.filter(state=NodeState.DEGRADED, last_heartbeat_at__lt=cutoff):
+    drained = [NodeState.DRAINING, NodeState.DRAINED]
+    silent = Node.objects.filter(Q(state=NodeState.DEGRADED) | Q(state__in=drained, placements__isnull=False),
+                                 last_heartbeat_at__lt=cutoff).distinct()
+    down = 0
+    for node in silent:
         with transaction.atomic():
-            if not Node.objects.filter(pk=node.pk, state=NodeState.DEGRADED).update(state=NodeState.DOWN):
-                continue
-            for p in Placement.objects.filter(node=node, kind="assigned").select_related("allocation"):
-                allocation_lost(allocation=p.allocation, reason=lost_node_down(node.name), now=moment)
-            Placement.objects.filter(node=node, kind="held").delete()
-            seq.give_back_borrowed([node.pk])
+            if node.state == NodeState.DEGRADED:
+                if not Node.objects.filter(pk=node.pk, state=NodeState.DEGRADED).update(state=NodeState.DOWN):
+                    continue
+            elif not Node.objects.select_for_update().filter(pk=node.pk, state__in=drained,
+                                                             last_heartbeat_at__lt=cutoff).exists():
+                continue  # undrained or heard from meanwhile
+            _node_work_lost(node, moment)
             down += 1
     return {"degraded": degraded, "down": down}
+
+
+def _node_work_lost(node: Node, moment: datetime) -> None:
+    for p in Placement.objects.filter(node=node, kind="assigned").select_related("allocation"):
+        allocation_lost(allocation=p.allocation, reason=lost_node_down(node.name), now=moment)
+    Placement.objects.filter(node=node, kind="held").delete()
+    seq.give_back_borrowed([node.pk])
 
 
 def processed_frames_prune(*, now: datetime | None = None) -> int:
