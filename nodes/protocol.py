@@ -116,7 +116,7 @@ def parse(text: str | bytes) -> Frame:
         raise BadFrame("a frame must be a JSON object")
     frame_id = raw.get("id") if isinstance(raw.get("id"), str) else None
     kind = raw.get("type")
-    if kind not in SCHEMA:
+    if not isinstance(kind, str) or kind not in SCHEMA:  # (a list is not even hashable)
         raise BadFrame(f"unknown type {kind!r}", frame_id)
     if frame_id is None or not frame_id:
         raise BadFrame("missing or non-string 'id'", None)

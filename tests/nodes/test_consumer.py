@@ -162,6 +162,7 @@ def test_frames_are_handled_without_a_hop_to_the_shared_sync_thread(agent_node, 
     json.dumps({"type": "hello", "id": "x", "agent_version": "1\u0000", "capacity": {}, "labels": {},
                 "running": []}),
     json.dumps({"type": "checkpoint_done", "id": "x", "allocation": "1", "ok": False, "error": "\u0000"}),
+    json.dumps({"type": ["heartbeat"], "id": "x"}),  # an unhashable type (found by the frame fuzz test)
 ])
 def test_malformed_frames_get_bad_frame_and_keep_the_connection(agent_node, raw):
     node, token = agent_node
