@@ -14,6 +14,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from lattice_site import gc_tuning  # noqa: E402
 from lattice_site.http import BufferedWsgiHttp  # noqa: E402
 from lattice_site.routing import agent_urlpatterns, browser_urlpatterns  # noqa: E402
+from lattice_site.websocket_limits import close_oversized_with_1009  # noqa: E402
 
 http_app: object = BufferedWsgiHttp()  # one thread hop per request (see lattice_site/http.py)
 if settings.DEBUG:
@@ -25,6 +26,7 @@ if os.environ.get("LATTICE_EMBEDDED_LOOP") == "1" and not settings.REDIS_URL:
 
     embedded.start()
 
+close_oversized_with_1009()  # before Daphne builds its WebSocket factory
 gc_tuning.for_long_running_process()  # after everything is loaded
 
 application = ProtocolTypeRouter(

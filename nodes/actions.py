@@ -11,9 +11,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from nodes.heartbeats import persist
+from nodes.late_exits import allocation_late_exit, lost_at_hello, lost_node_down
 from nodes.models import AgentToken, Node, NodeState, ProcessedFrame
 from nodes.protocol import (
     Checkpoint,
@@ -29,6 +31,7 @@ from nodes.protocol import (
     Terminate,
     Welcome,
     encode,
+    is_allocation_id,
 )
 from scheduling.actions.allocations import allocation_transition
 from scheduling.actions.lifecycle import allocation_exited, requeue_failed
@@ -41,12 +44,19 @@ from scheduling.actions.preemption import (
 from scheduling.actions.release import allocation_release, give_back_borrowed
 from scheduling.actions.starts import start_frame
 from scheduling.dispatch import agent_revoked_on_commit, event_on_commit
+from scheduling.errors import InvalidTransition
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.states import FINAL, HOLDING, State
 
 HEARTBEAT_INTERVAL_S = 10
 HEARTBEAT_TIMEOUT_S = 30
 NODE_GRACE_S = 60
+# A processed frame's id makes a retry of that frame (its ack was lost, the agent resends it after
+# reconnecting) change nothing. Retries come within the agent's reconnect, so a day is ample; past
+# it the ids are pruned (a retry that late still finds its allocation's state machine, which
+# ignores an exit of ended work).
+FRAME_ID_RETENTION = timedelta(hours=24)
+PRUNE_BATCH = 10_000
 
 
 class FrameRefused(Exception):
@@ -126,8 +136,27 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
             if never_sent:
                 reply.frames.append(encode(start_frame(alloc, node.name)))
             else:
-                allocation_lost(allocation=alloc, reason=f"not running on {node.name} after reconnect", now=moment)
+                _lost_at_hello(node, alloc, moment)
     return reply
+
+
+def _lost_at_hello(node: Node, alloc: Allocation, now: datetime) -> None:
+    """Declare work the agent no longer runs lost, tolerating a concurrent change of the same
+    allocation: the agents of a multi-node allocation reconnect together at a fleet restart, and
+    each hello fails it. The loser of that race sees the allocation as it is now and acts on that
+    (nothing, when it has ended or left this node), rather than rolling its whole hello back."""
+    reason = lost_at_hello(node.name)
+    for _ in range(2):
+        try:
+            with transaction.atomic():
+                allocation_lost(allocation=alloc, reason=reason, now=now)
+            return
+        except InvalidTransition:
+            alloc.refresh_from_db()
+            still_here = Placement.objects.filter(allocation=alloc, node=node, kind="assigned").exists()
+            if alloc.state not in HOLDING or not still_here:
+                return
+    # Changed under us twice: the next hello or the liveness sweep settles it.
 
 
 def node_heartbeat(*, node: Node, frame: Heartbeat, now: datetime | None = None) -> None:
@@ -150,7 +179,12 @@ def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) 
                     AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
                                                    reason=f"started on {node.name} ({how})")
             elif isinstance(frame, Exited):
-                allocation_exited(allocation=alloc, exit_code=frame.exit_code, reason=frame.reason, now=moment)
+                late = alloc.state == State.FAILED and allocation_late_exit(
+                    allocation=alloc, node_name=node.name, exit_code=frame.exit_code, reason=frame.reason,
+                    now=moment)
+                if not late:
+                    allocation_exited(allocation=alloc, exit_code=frame.exit_code, reason=frame.reason,
+                                          now=moment)
             elif isinstance(frame, CheckpointProgress):
                 allocation_checkpoint_progress(allocation=alloc, now=moment)
             elif isinstance(frame, CheckpointDone):
@@ -165,7 +199,7 @@ def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) 
 
 def _placed_here(node: Node, alloc_id: str) -> Allocation:
     """The allocation, if it is (or was, for a late exit) placed on this node; else refused."""
-    if not alloc_id.isdigit():
+    if not is_allocation_id(alloc_id):  # the parser refuses these; an action is called by others too
         raise FrameRefused("NOT_ON_THIS_NODE", f"allocation {alloc_id} is not placed on {node.name}")
     alloc = Allocation.objects.filter(pk=int(alloc_id)).first()
     if alloc is None:
@@ -193,23 +227,45 @@ def allocation_lost(*, allocation: Allocation, reason: str, now: datetime) -> No
 
 def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, int]:
     """Ready -> Degraded after 30 s of silence; Degraded -> Down after 60 s more (work requeued or
-    failed by policy, capacity released). Safe to run any number of times."""
+    failed by policy, capacity released). A draining (or drained) node keeps that state, which is
+    the operator's to end (audited): after as long a silence its work is handled as lost all the
+    same, and counted in ``down``. Safe to run any number of times."""
     moment = now or timezone.now()
-    degraded = Node.objects.filter(state__in=[NodeState.READY, NodeState.DRAINING],
+    degraded = Node.objects.filter(state=NodeState.READY,
                                    last_heartbeat_at__lt=moment - timedelta(seconds=HEARTBEAT_TIMEOUT_S)).update(
         state=NodeState.DEGRADED)
-    down = 0
     cutoff = moment - timedelta(seconds=HEARTBEAT_TIMEOUT_S + NODE_GRACE_S)
-    for node in Node.objects.filter(state=NodeState.DEGRADED, last_heartbeat_at__lt=cutoff):
+    drained = [NodeState.DRAINING, NodeState.DRAINED]
+    silent = Node.objects.filter(Q(state=NodeState.DEGRADED) | Q(state__in=drained, placements__isnull=False),
+                                 last_heartbeat_at__lt=cutoff).distinct()
+    down = 0
+    for node in silent:
         with transaction.atomic():
-            if not Node.objects.filter(pk=node.pk, state=NodeState.DEGRADED).update(state=NodeState.DOWN):
-                continue
-            for p in Placement.objects.filter(node=node, kind="assigned").select_related("allocation"):
-                allocation_lost(allocation=p.allocation, reason=f"node {node.name} is down", now=moment)
-            Placement.objects.filter(node=node, kind="held").delete()
-            give_back_borrowed([node.pk])
+            if node.state == NodeState.DEGRADED:
+                if not Node.objects.filter(pk=node.pk, state=NodeState.DEGRADED).update(state=NodeState.DOWN):
+                    continue
+            elif not Node.objects.select_for_update().filter(pk=node.pk, state__in=drained,
+                                                             last_heartbeat_at__lt=cutoff).exists():
+                continue  # undrained or heard from meanwhile
+            _node_work_lost(node, moment)
             down += 1
     return {"degraded": degraded, "down": down}
+
+
+def _node_work_lost(node: Node, moment: datetime) -> None:
+    for p in Placement.objects.filter(node=node, kind="assigned").select_related("allocation"):
+        allocation_lost(allocation=p.allocation, reason=lost_node_down(node.name), now=moment)
+    Placement.objects.filter(node=node, kind="held").delete()
+    give_back_borrowed([node.pk])
+
+
+def processed_frames_prune(*, now: datetime | None = None) -> int:
+    """Forget frame ids older than FRAME_ID_RETENTION, at most PRUNE_BATCH per call (the periodic
+    sweep calls it every few seconds, so a backlog drains without one long statement)."""
+    cutoff = (now or timezone.now()) - FRAME_ID_RETENTION
+    old = list(ProcessedFrame.objects.filter(created_at__lt=cutoff).order_by("created_at")
+               .values_list("pk", flat=True)[:PRUNE_BATCH])
+    return ProcessedFrame.objects.filter(pk__in=old).delete()[0] if old else 0
 
 
 def node_drain(*, node: Node, actor: Any, reason: str) -> Node:

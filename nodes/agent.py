@@ -7,9 +7,9 @@ LATTICE_CHECKPOINT_DIR and LATTICE_RESUME in its environment; a checkpoint hint
 is SIGUSR1 to the group, and the application answers by creating DONE (or
 FAILED with a message) in its checkpoint directory. ``terminate`` is SIGTERM,
 then SIGKILL after the grace. The agent reconnects with exponential backoff and
-jitter (capped at 30 s), says ``hello`` with what it runs, and keeps reports
-made while disconnected (the latest per allocation) until they are
-acknowledged. ``--simulate`` runs no processes: allocations are timers.
+jitter (capped at 30 s), sends the reports made while disconnected (the latest
+per allocation, kept until acknowledged), then says ``hello`` with what it runs.
+``--simulate`` runs no processes: allocations are timers.
 
 Imports nothing of Django: it runs on compute nodes.
 """
@@ -129,9 +129,7 @@ class Agent:
                     if self.stopping.is_set():  # stopped while connecting: nobody else closes this one
                         break
                     backoff = 1.0
-                    await self._send_now(self._hello())
-                    for frame in list(self.unacked.values()):
-                        await self._send_now(frame)
+                    await self.greet()
                     # Heartbeats stop with the connection: a clean close ends the reader, and
                     # waiting for the next heartbeat to fail held a stopping agent up to 10 s.
                     beats = asyncio.create_task(self._heartbeats(ws))
@@ -153,6 +151,14 @@ class Agent:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), timeout=delay)
         return 0
+
+    async def greet(self) -> None:
+        """The first frames of a connection: the reports kept while disconnected, then hello. The
+        control plane reconciles at hello, counting work placed here that the agent no longer runs
+        as lost (failed, and requeued); work that ended meanwhile must be reported before that."""
+        for frame in list(self.unacked.values()):
+            await self._send_now(frame)
+        await self._send_now(self._hello())
 
     def _hello(self) -> dict[str, Any]:
         return {"type": "hello", "id": uuid.uuid4().hex, "agent_version": VERSION, "capacity": {}, "labels": {},

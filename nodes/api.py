@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from nodes import actions
 from nodes.models import Node
-from scheduling.api.pagination import OldestFirst
+from scheduling.api.pagination import ByName
 from scheduling.api.serializers import ReasonInput, RefuseUnknown
 from scheduling.permissions import IsOperator
 
@@ -36,7 +36,7 @@ class NodeOutput(serializers.ModelSerializer):
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     permission_classes = [IsOperator]
     serializer_class = NodeOutput
-    pagination_class = OldestFirst
+    pagination_class = ByName  # the default cursor orders by a "created" field nodes do not have
     queryset = Node.objects.select_related("resource_group", "vcluster", "borrowed_by").order_by("name")
     lookup_field = "name"
 

@@ -2,7 +2,10 @@
 
 Every frame from an agent has ``type`` and ``id``; unknown types, unknown or
 missing fields and wrong types are a BadFrame (answered with an ``error`` frame
-of code BAD_FRAME; nothing changes).
+of code BAD_FRAME; nothing changes). So are values the database could not
+store: an ``id`` longer than 128 characters, a NUL character in any string
+(PostgreSQL keeps none in text or JSON), an allocation id that is not an ASCII
+decimal number of the database's 64-bit range.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any, ClassVar
 import orjson
 
 MAX_FRAME_BYTES = 64 * 1024
+MAX_ID_CHARS = 128  # ProcessedFrame.frame_id
+MAX_ALLOCATION_ID = 2**63 - 1
 EXIT_REASONS = ("completed", "failed", "terminated", "killed")
 
 
@@ -102,8 +107,8 @@ _ALLOWED = {kind: frozenset(fields) | {"type", "id"} for kind, (_, fields) in SC
 
 
 def parse(text: str | bytes) -> Frame:
-    if len(text) > MAX_FRAME_BYTES:
-        raise BadFrame(f"frame larger than {MAX_FRAME_BYTES} bytes")
+    if _size(text) > MAX_FRAME_BYTES:
+        raise BadFrame(f"frame larger than {MAX_FRAME_BYTES} bytes", _id_of(text))
     try:
         raw = orjson.loads(text)  # strict: no NaN, no lone surrogates, integers of at most 64 bits
     except orjson.JSONDecodeError:
@@ -112,10 +117,14 @@ def parse(text: str | bytes) -> Frame:
         raise BadFrame("a frame must be a JSON object")
     frame_id = raw.get("id") if isinstance(raw.get("id"), str) else None
     kind = raw.get("type")
-    if kind not in SCHEMA:
+    if not isinstance(kind, str) or kind not in SCHEMA:  # (a list is not even hashable)
         raise BadFrame(f"unknown type {kind!r}", frame_id)
     if frame_id is None or not frame_id:
         raise BadFrame("missing or non-string 'id'", None)
+    if len(frame_id) > MAX_ID_CHARS or "\x00" in frame_id:
+        raise BadFrame(f"'id' must be 1 to {MAX_ID_CHARS} characters without NUL", None)
+    if _holds_nul(raw, text):
+        raise BadFrame("strings must not contain NUL", frame_id)
     cls, fields = SCHEMA[kind]
     if not _ALLOWED[kind].issuperset(raw):
         unknown = sorted(set(raw) - _ALLOWED[kind])
@@ -137,6 +146,53 @@ def parse(text: str | bytes) -> Frame:
     return frame  # type: ignore[no-any-return]
 
 
+def _size(text: str | bytes) -> int:
+    """The frame's size in bytes (UTF-8), counting a text frame's characters only when they could
+    be over the limit."""
+    if isinstance(text, bytes) or len(text) * 4 <= MAX_FRAME_BYTES or len(text) > MAX_FRAME_BYTES:
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _id_of(text: str | bytes) -> str | None:
+    """An oversized frame's id, when it has a valid one: the agent learns which frame was refused
+    (the server's WebSocket limit, 1 MiB, bounds what this parses)."""
+    try:
+        raw = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    frame_id = raw.get("id") if isinstance(raw, dict) else None
+    if isinstance(frame_id, str) and 0 < len(frame_id) <= MAX_ID_CHARS and "\x00" not in frame_id:
+        return frame_id
+    return None
+
+
+def is_allocation_id(value: object) -> bool:
+    """An allocation's id as the control plane sends it: ASCII digits of a 64-bit integer (not
+    merely ``str.isdigit()``, which "²" passes and ``int()`` then refuses)."""
+    return (isinstance(value, str) and 0 < len(value) <= 19 and value.isascii() and value.isdigit()
+            and int(value) <= MAX_ALLOCATION_ID)
+
+
+def _holds_nul(raw: Any, text: str | bytes) -> bool:
+    """Whether any key or string in the frame holds NUL (in JSON only ever as the escape ``\\u0000``,
+    so most frames are cleared by one scan of their text)."""
+    if (b"\\u0000" if isinstance(text, bytes) else "\\u0000") not in text:
+        return False
+    stack = [raw]
+    while stack:  # iterative: orjson accepts nesting deeper than Python's recursion limit
+        value = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                return True
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
+
+
 # Integers the database stores: a value out of range is a bad frame, not a failed write (a
 # heartbeat's failed write would fail every other heartbeat of its batch).
 _BOUNDS: dict[str, tuple[int, int]] = {"seq": (0, 2**63 - 1), "exit_code": (-(2**31), 2**31 - 1),
@@ -149,13 +205,16 @@ def _check(frame: Frame) -> None:
         value = getattr(frame, name, None)
         if value is not None and not low <= value <= high:
             raise BadFrame(f"{name} must be between {low} and {high}", frame.id)
+    allocation = getattr(frame, "allocation", None)
+    if allocation is not None and not is_allocation_id(allocation):
+        raise BadFrame("allocation must be an allocation id (decimal digits)", frame.id)
     if isinstance(frame, Exited) and frame.reason not in EXIT_REASONS:
         raise BadFrame(f"reason must be one of {', '.join(EXIT_REASONS)}", frame.id)
-    if isinstance(frame, Heartbeat) and not all(isinstance(x, str) for x in frame.running):
+    if isinstance(frame, Heartbeat) and not all(is_allocation_id(x) for x in frame.running):
         raise BadFrame("running must list allocation ids", frame.id)
     if isinstance(frame, Hello):
         for entry in frame.running:
-            if not (isinstance(entry, dict) and isinstance(entry.get("allocation"), str)
+            if not (isinstance(entry, dict) and is_allocation_id(entry.get("allocation"))
                     and set(entry) <= {"allocation", "phase", "pid"}):
                 raise BadFrame("running entries are {allocation, phase, pid}", frame.id)
     if isinstance(frame, CheckpointProgress) and not 0 <= frame.percent <= 100:

@@ -17,7 +17,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from lattice_site.consumers import DirectDispatch
-from scheduling.dispatch import OPS_GROUP, subscribe, tenant_group
+from scheduling.dispatch import OPS_GROUP, keep_watchers_alive, subscribe, tenant_group
 from scheduling.permissions import is_operator
 
 COALESCE_S = 0.025
@@ -39,6 +39,7 @@ class LiveConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
             await sync_to_async(subscribe, thread_sensitive=False)(group, +1)
+        keep_watchers_alive()  # the count of a live process never lapses
         await self.accept()
         await self.send_json({"kind": "hello", "groups": len(self.groups_joined)})
 

@@ -8,12 +8,18 @@ the periodic sweep, which re-derives what must happen from the database.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+import os
+import socket
+import threading
+import time
+import uuid
 from typing import Any
 
 import redis
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
@@ -33,7 +39,7 @@ def tenant_group(tenant_id: int) -> str:
 
 
 OPS_GROUP = "ops"
-SUBSCRIBERS_TTL_S = 24 * 3600
+SUBSCRIBERS_TTL_S = 30  # a process's watcher entry lapses this long after its last refresh
 _local_subscribers: dict[str, int] = {}
 
 
@@ -50,19 +56,25 @@ def _redis_client(url: str) -> Any:
 
 
 def subscribe(group: str, delta: int) -> None:
-    """Count a live subscriber in or out of ``group`` (browsers only: agents always get commands)."""
-    client = _redis()
-    if client is None:
-        _local_subscribers[group] = max(0, _local_subscribers.get(group, 0) + delta)
-        return
-    key = f"lattice:subscribers:{group}"
-    try:
-        if client.incrby(key, delta) <= 0:
-            client.delete(key)
-        else:
-            client.expire(key, SUBSCRIBERS_TTL_S)
-    except Exception:  # without the count, events are sent anyway: never lose one
-        log.warning("could not count subscribers of %s", group, exc_info=True)
+    """Count a live subscriber in or out of ``group`` (browsers only: agents always get commands).
+
+    The count is this process's; Redis holds, per group, which processes have one (see
+    ``_watchers_key``), each entry expiring unless the process keeps it alive
+    (``keep_watchers_alive``): a process killed with its sockets open leaves nothing behind for
+    long, and a live one never lapses."""
+    with _watch_lock:
+        before = _local_subscribers.get(group, 0)
+        after = _local_subscribers[group] = max(0, before + delta)
+        client = _redis()
+        if client is None or (before > 0) == (after > 0):
+            return
+        try:
+            if after > 0:
+                _watchers_add(client, [group])
+            else:
+                client.zrem(_watchers_key(group), _process_id())
+        except Exception:  # without the count, events are sent anyway: never lose one
+            log.warning("could not count subscribers of %s", group, exc_info=True)
 
 
 def has_subscribers(group: str) -> bool:
@@ -74,8 +86,12 @@ def watched(groups: list[str]) -> set[str]:
     client = _redis()
     if client is None:
         return {g for g in groups if _local_subscribers.get(g, 0) > 0}
+    now = time.time()
     try:
-        counts = client.mget([f"lattice:subscribers:{g}" for g in groups])
+        with client.pipeline(transaction=False) as pipe:
+            for g in groups:
+                pipe.zcount(_watchers_key(g), now, "+inf")
+            counts = pipe.execute()
     except Exception:  # without the counts, events are sent anyway: never lose one
         return set(groups)
     return {g for g, n in zip(groups, counts, strict=True) if int(n or 0) > 0}
@@ -182,3 +198,67 @@ def task_on_commit(name: str, *args: Any, countdown: float | None = None) -> Non
             log.warning("could not enqueue %s", name, exc_info=True)
 
     transaction.on_commit(enqueue)
+
+
+# -- who watches the live feed, per process (subscribe and watched above) ---------------------
+_watch_lock = threading.Lock()
+_BOOT = uuid.uuid4().hex[:8]
+_keepers: dict[int, asyncio.Task[None]] = {}
+
+
+def _watchers_key(group: str) -> str:
+    """A sorted set: one member per process with a subscriber of ``group``, scored by the time
+    (seconds since the epoch) the entry lapses unless refreshed."""
+    return f"lattice:subscribers:{group}"
+
+
+def _process_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{_BOOT}"
+
+
+def _watchers_add(client: Any, groups: list[str]) -> None:
+    """Enter (or refresh) this process for ``groups``; drop entries that lapsed; and let a key
+    whose every process is gone expire as a whole."""
+    now = time.time()
+    member = _process_id()
+    with client.pipeline(transaction=False) as pipe:
+        for group in groups:
+            key = _watchers_key(group)
+            pipe.zadd(key, {member: now + SUBSCRIBERS_TTL_S})
+            pipe.zremrangebyscore(key, "-inf", now)
+            pipe.expire(key, int(SUBSCRIBERS_TTL_S) + 1)
+        pipe.execute()
+
+
+def refresh_watchers() -> bool:
+    """Push this process's entries forward; returns whether it has subscribers at all."""
+    with _watch_lock:
+        groups = sorted(g for g, n in _local_subscribers.items() if n > 0)
+        client = _redis()
+        if groups and client is not None:
+            try:
+                _watchers_add(client, groups)
+            except Exception:  # retried at the next beat, well before the entries lapse
+                log.warning("could not refresh the live feed's watchers", exc_info=True)
+    return bool(groups)
+
+
+def keep_watchers_alive() -> None:
+    """Called by a live-feed consumer once subscribed: make sure this event loop runs the beat that
+    refreshes the process's watcher entries (a third of their life apart) while it has any."""
+    if _redis() is None:
+        return  # counts live in this process alone
+    loop = asyncio.get_running_loop()
+    task = _keepers.get(id(loop))
+    if task is None or task.done() or task.get_loop() is not loop:  # (a closed loop's id is reused)
+        _keepers[id(loop)] = loop.create_task(_beat(id(loop)))
+
+
+async def _beat(loop_id: int) -> None:
+    try:
+        while True:
+            await asyncio.sleep(SUBSCRIBERS_TTL_S / 3)
+            if not await sync_to_async(refresh_watchers, thread_sensitive=False)():
+                return
+    finally:
+        _keepers.pop(loop_id, None)

@@ -113,14 +113,22 @@ if METRICS_TOKEN_SHA256 and (len(METRICS_TOKEN_SHA256) != 64
     raise ImproperlyConfigured("METRICS_TOKEN_SHA256 must be a SHA-256 digest in hex (manage.py metrics_token)")
 METRICS_PUBLIC = env.bool("METRICS_PUBLIC", True)
 if REDIS_URL:
+    from channels_redis.core import RedisChannelLayer
+
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # redis-py refuses past its pool size (100 by default) instead of waiting, and a
             # reconnect burst of agents needs one connection per concurrent group_add.
             # A channel holds 100 messages by default and drops the rest of a burst.
+            # Each socket waits for its messages with a blocking read of brpop_timeout (5 s)
+            # seconds, repeated; redis-py gives up on any reply after its socket timeout, by
+            # default also 5 s. An empty blocking read's reply arriving a moment after 5 s
+            # (any load) then raised in the consumer and closed the socket with 1011. The
+            # client must wait comfortably longer than a blocking read can take.
             "CONFIG": {"hosts": [{"address": REDIS_URL,
-                                  "max_connections": env.int("REDIS_MAX_CONNECTIONS", 1000)}],
+                                  "max_connections": env.int("REDIS_MAX_CONNECTIONS", 1000),
+                                  "socket_timeout": 3 * RedisChannelLayer.brpop_timeout}],
                        "capacity": 1000},
         }
     }

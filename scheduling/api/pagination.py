@@ -15,3 +15,10 @@ class OldestFirst(CursorPagination):
 
     ordering = "id"
     page_size = 100
+
+
+class ByName(CursorPagination):
+    """Named things without a creation time (nodes): alphabetical, the name being unique."""
+
+    ordering = "name"
+    page_size = 100

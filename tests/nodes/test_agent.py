@@ -54,3 +54,18 @@ def test_a_new_run_starts_after_the_earlier_run_of_the_same_allocation_has_stopp
     kinds = [(f["type"], f.get("reason")) for f in frames]
     assert kinds == [("started", None), ("exited", "terminated"), ("started", None)]
     assert frames[0]["pid"] != frames[2]["pid"]
+
+
+def test_reports_kept_while_disconnected_go_before_the_hello(tmp_path):
+    """The control plane reconciles at hello: work the agent no longer runs is declared lost. What
+    ended while the agent was disconnected must be reported first, so it is not counted lost."""
+    async def scenario() -> list[dict]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=True)
+        await agent.report({"type": "exited", "allocation": "7", "exit_code": 0, "reason": "completed"})
+        agent.ws = Recorder()
+        await agent.greet()
+        return agent.ws.frames
+
+    frames = asyncio.run(scenario())
+    assert [(f["type"], f.get("allocation")) for f in frames] == [("exited", "7"), ("hello", None)]
+    assert frames[1]["running"] == []

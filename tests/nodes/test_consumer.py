@@ -149,6 +149,20 @@ def test_frames_are_handled_without_a_hop_to_the_shared_sync_thread(agent_node, 
     json.dumps({"type": "exited", "id": "x", "allocation": "1", "exit_code": 2**31, "reason": "failed"}),
     json.dumps({"type": "defer", "id": "x", "allocation": "1", "seconds": -1}),
     '{"type": "checkpoint_progress", "id": "x", "allocation": "1", "percent": NaN}',
+    # "²" passes str.isdigit() and fails int(); ids must be ASCII decimal numbers
+    json.dumps({"type": "exited", "id": "x", "allocation": "²", "exit_code": 0, "reason": "completed"}),
+    json.dumps({"type": "started", "id": "x", "allocation": "１２", "pid": 1}),
+    json.dumps({"type": "started", "id": "x", "allocation": "9" * 20, "pid": 1}),  # past a bigint
+    json.dumps({"type": "heartbeat", "id": "x", "seq": 7, "running": ["²"]}),
+    json.dumps({"type": "hello", "id": "x", "agent_version": "1", "capacity": {}, "labels": {},
+                "running": [{"allocation": "²"}]}),
+    # ids are stored (at most 128 characters); PostgreSQL stores no NUL in any text
+    json.dumps({"type": "started", "id": "x" * 129, "allocation": "1", "pid": 1}),
+    json.dumps({"type": "started", "id": "a\u0000b", "allocation": "1", "pid": 1}),
+    json.dumps({"type": "hello", "id": "x", "agent_version": "1\u0000", "capacity": {}, "labels": {},
+                "running": []}),
+    json.dumps({"type": "checkpoint_done", "id": "x", "allocation": "1", "ok": False, "error": "\u0000"}),
+    json.dumps({"type": ["heartbeat"], "id": "x"}),  # an unhashable type (found by the frame fuzz test)
 ])
 def test_malformed_frames_get_bad_frame_and_keep_the_connection(agent_node, raw):
     node, token = agent_node
@@ -360,3 +374,65 @@ def test_a_revoked_token_s_connection_is_closed_with_4401_and_the_new_token_conn
     closed, connected, ok = run(scenario)
     assert closed == {"type": "websocket.close", "code": 4401}
     assert connected and ok["type"] == "ack"
+
+
+def test_a_late_exit_corrects_work_its_agent_s_hello_declared_lost(agent_node, make_allocation, vcluster_hpc):
+    """An agent whose hello comes before its buffered reports: hello fails the work it no longer
+    runs and requeues a copy; the exit that follows says it completed. The record is corrected
+    (completed, not failed) and the copy, still pending, is cancelled."""
+    node, token = agent_node
+    node.last_heartbeat_at = timezone.now() - timezone.timedelta(minutes=5)
+    node.save()
+    job = _running_here(make_allocation, vcluster_hpc, node, requeue_policy="on_node_failure",
+                        started_at=node.last_heartbeat_at - timezone.timedelta(minutes=1))
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        await comm.send_to(text_data=json.dumps({"type": "hello", "id": "h1", "agent_version": "1.0",
+                                                 "capacity": {}, "labels": {}, "running": []}))
+        hello = [json.loads(await comm.receive_from(timeout=5)) for _ in range(2)]
+        lost = await database_sync(lambda: Allocation.objects.get(pk=job.pk).state)
+        exited = await _send(comm, {"type": "exited", "id": "x1", "allocation": str(job.pk), "exit_code": 0,
+                                    "reason": "completed"})
+        await comm.disconnect()
+        return hello, lost, exited
+
+    hello, lost, exited = run(scenario)
+    assert [f["type"] for f in hello] == ["welcome", "ack"] and lost == "failed"
+    assert exited == {"type": "ack", "id": "x1"}
+    job.refresh_from_db()
+    assert (job.state, job.exit_code) == ("completed", 0)
+    copy = Allocation.objects.get(requeued_from=job)
+    assert copy.state == "cancelled"
+    assert list(AllocationEvent.objects.filter(allocation=job).exclude(from_state="").order_by("id")
+                .values_list("from_state", "to_state")) == [("running", "failed"), ("failed", "completed")]
+
+
+def test_a_late_failed_exit_keeps_the_copy_only_when_the_policy_requeues_failures(agent_node, make_allocation,
+                                                                                vcluster_hpc):
+    node, token = agent_node
+    node.last_heartbeat_at = timezone.now() - timezone.timedelta(minutes=5)
+    node.save()
+    started = node.last_heartbeat_at - timezone.timedelta(minutes=1)
+    always = _running_here(make_allocation, vcluster_hpc, node, requeue_policy="always", started_at=started,
+                           per_node_gpu=4)
+    on_loss = _running_here(make_allocation, vcluster_hpc, node, requeue_policy="on_node_failure",
+                            started_at=started, per_node_gpu=4)
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        await _send(comm, {"type": "hello", "id": "h1", "agent_version": "1.0", "capacity": {}, "labels": {},
+                           "running": []})
+        await comm.receive_from(timeout=5)  # the hello's ack
+        out = [await _send(comm, {"type": "exited", "id": f"x{a.pk}", "allocation": str(a.pk), "exit_code": 3,
+                                  "reason": "failed"}) for a in (always, on_loss)]
+        await comm.disconnect()
+        return out
+
+    assert [f["type"] for f in run(scenario)] == ["ack", "ack"]
+    for alloc, copy_state in ((always, "pending"), (on_loss, "cancelled")):
+        alloc.refresh_from_db()
+        assert (alloc.state, alloc.exit_code) == ("failed", 3)
+        assert Allocation.objects.get(requeued_from=alloc).state == copy_state

@@ -252,3 +252,37 @@ def test_an_agent_told_to_stop_closes_its_connection_and_exits_at_once(tmp_path,
     time.sleep(0.5)  # past the hello: connected and idle between heartbeats
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=5) == 0
+
+
+def test_work_that_ends_while_its_agent_is_cut_off_is_completed_not_lost(
+        tmp_path, resource_group, vcluster_hpc, node_gpu_a, make_allocation, agent_factory, control_plane):
+    """The job finishes while the control plane is down; the agent keeps the exit and, once it is
+    back, reports it before its hello reconciles: the job completed, was never failed, and no copy
+    of it was queued."""
+    _connected_agent(tmp_path, node_gpu_a, agent_factory)
+    runs = tmp_path / "runs"
+    wait_file = tmp_path / "go"
+    script = (f"import os, time\nwhile not os.path.exists({str(wait_file)!r}): time.sleep(0.1)\n"
+              f"open({str(runs)!r}, 'a').write('ran\\n')\n")
+    job = make_allocation(state="pending", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc,
+                          requeue_policy="on_node_failure", command=[sys.executable, "-c", script])
+    schedule_pass(resource_group.pk)
+    wait_for(lambda: AllocationEvent.objects.filter(allocation=job, reason__startswith="started on").exists(),
+             30, "the job to start")
+    started_at = Allocation.objects.get(pk=job.pk).started_at
+    node = type(node_gpu_a).objects
+    # A heartbeat after the start: the control plane knows the agent had the job (else its hello
+    # would send the start again rather than count the job lost).
+    wait_for(lambda: node.get(pk=node_gpu_a.pk).last_heartbeat_at > started_at, 20, "a heartbeat")
+    control_plane.kill()
+    down_at = node.get(pk=node_gpu_a.pk).last_heartbeat_at
+    wait_file.write_text("")
+    wait_for(runs.exists, 30, "the job to end while the agent is cut off")
+    time.sleep(0.5)  # the agent has seen its process exit and kept the report
+    control_plane.start()
+    wait_for(lambda: node.get(pk=node_gpu_a.pk).last_heartbeat_at > down_at, 60, "the agent to reconnect")
+    wait_for(lambda: Allocation.objects.get(pk=job.pk).state == "completed", 30, "the exit to be applied")
+    assert not AllocationEvent.objects.filter(allocation=job, to_state="failed").exists()
+    assert not Allocation.objects.filter(requeued_from=job).exists()
+    time.sleep(1)
+    assert runs.read_text() == "ran\n"  # and it ran once

@@ -98,3 +98,70 @@ def test_a_batch_never_writes_a_stale_node_nor_one_that_is_gone(node_gpu_a, reso
     draining.refresh_from_db()
     assert (node_gpu_a.last_seq, node_gpu_a.last_heartbeat_at) == (7, earlier)  # every heartbeat stale
     assert (draining.last_seq, draining.last_heartbeat_at, draining.state) == (3, now, "draining")
+
+
+def test_operators_list_nodes_by_name_across_pages(client, operator, resource_group):
+    """The node list pages by name (nodes have no creation time to order by)."""
+    from nodes.api import NodeViewSet
+
+    names = [f"n-{i:03d}" for i in range(NodeViewSet.pagination_class.page_size + 7)]
+    for name in reversed(names):
+        Node.objects.create(name=name, resource_group=resource_group, gpu=1)
+    client.force_login(operator)
+    seen, url = [], "/api/v1/nodes/"
+    while url:
+        response = client.get(url)
+        assert response.status_code == 200, response.content
+        body = response.json()
+        seen += [row["name"] for row in body["results"]]
+        url = body["next"]
+    assert seen == names
+
+
+def test_the_periodic_sweep_forgets_frame_ids_past_the_retry_window(node_gpu_a, resource_group):
+    """Processed frame ids serve retries of the same frame; older ones are pruned, newer kept."""
+    from nodes.actions import FRAME_ID_RETENTION
+    from nodes.models import ProcessedFrame
+    from nodes.tasks import node_liveness
+
+    other = Node.objects.create(name="gpu-b", resource_group=resource_group, gpu=8)
+    now = timezone.now()
+    ages = {"old-a": FRAME_ID_RETENTION + timedelta(minutes=1), "new-a": FRAME_ID_RETENTION - timedelta(minutes=5),
+            "old-b": FRAME_ID_RETENTION * 3, "new-b": timedelta(0)}
+    for frame_id, age in ages.items():
+        node = node_gpu_a if frame_id.endswith("a") else other
+        created = ProcessedFrame.objects.create(node=node, frame_id=frame_id)
+        ProcessedFrame.objects.filter(pk=created.pk).update(created_at=now - age)
+    node_liveness()
+    assert sorted(ProcessedFrame.objects.values_list("frame_id", flat=True)) == ["new-a", "new-b"]
+
+
+def test_a_drain_survives_silence_and_return(client, operator, node_gpu_a, make_allocation, vcluster_hpc):
+    """The operator's drain stays through the node's silence (its work is still handled as lost
+    once it would be Down) and through its return; only an audited undrain ends it."""
+    from nodes.actions import node_heartbeat, node_hello
+    from nodes.protocol import Heartbeat, Hello
+
+    client.force_login(operator)
+    assert client.post("/api/v1/nodes/gpu-a/drain/", {"reason": "firmware"}).status_code == 200
+    now = timezone.now()
+    Node.objects.filter(pk=node_gpu_a.pk).update(last_heartbeat_at=now)
+    job = make_allocation(state="running", per_node_gpu=8, vcluster=vcluster_hpc, requeue_policy="on_node_failure")
+    Placement.objects.create(allocation=job, node=node_gpu_a, gpu=8)
+
+    node_liveness_sweep(now=now + timedelta(seconds=31))
+    assert Node.objects.get(pk=node_gpu_a.pk).state == "draining"
+    node_liveness_sweep(now=now + timedelta(seconds=91))
+    assert Node.objects.get(pk=node_gpu_a.pk).state == "draining"
+    assert Allocation.objects.get(pk=job.pk).state == "failed"  # lost as on a node that is down
+    assert Allocation.objects.filter(requeued_from=job, state="pending").count() == 1
+    assert not Placement.objects.filter(node=node_gpu_a).exists()
+    assert node_liveness_sweep(now=now + timedelta(seconds=200)) == {"degraded": 0, "down": 0}
+
+    node = Node.objects.get(pk=node_gpu_a.pk)
+    node_heartbeat(node=node, frame=Heartbeat(id="h", seq=1, running=[]), now=now + timedelta(seconds=201))
+    assert Node.objects.get(pk=node_gpu_a.pk).state == "draining"
+    node_hello(node=node, frame=Hello(id="x", agent_version="1", capacity={}, labels={}, running=[]),
+               now=now + timedelta(seconds=202))
+    assert Node.objects.get(pk=node_gpu_a.pk).state == "draining"
+    assert list(PolicyChange.objects.values_list("action", flat=True)) == ["drain"]

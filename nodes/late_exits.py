@@ -1,0 +1,63 @@
+"""Work that ended while its agent was out of touch, reported after it was declared lost.
+
+A node's work is declared lost when its agent's hello no longer lists it, or when
+the node went Down; it is failed and, by its requeue policy, a fresh copy is
+queued. If the agent's report that the work had in fact exited arrives after
+that, the record is corrected: completed when it completed (else failed with its
+exit code), and the copy queued for the loss is cancelled while it is still
+pending, unless the policy would have requeued this failure too.
+
+This is the one change out of a final state, and it can only follow a loss
+declared for the node that reports the exit.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import cast
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import transaction
+
+from scheduling.actions.admission import allocation_cancel
+from scheduling.dispatch import event_on_commit
+from scheduling.models import Allocation, AllocationEvent
+from scheduling.states import HOLDING, State
+
+
+def lost_at_hello(node_name: str) -> str:
+    return f"not running on {node_name} after reconnect"
+
+
+def lost_node_down(node_name: str) -> str:
+    return f"node {node_name} is down"
+
+
+def allocation_late_exit(*, allocation: Allocation, node_name: str, exit_code: int | None, reason: str,
+                         now: datetime) -> bool:
+    """Correct ``allocation`` by an exit reported from ``node_name`` if its failure was a loss
+    declared for that node. Returns whether it did (else the exit is handled as usual)."""
+    with transaction.atomic():
+        alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
+        if alloc.state != State.FAILED:
+            return False
+        failure = (AllocationEvent.objects.filter(allocation=alloc, to_state=State.FAILED)
+                   .exclude(from_state=State.FAILED).order_by("-id").first())
+        if (failure is None or failure.from_state not in HOLDING
+                or failure.reason not in (lost_at_hello(node_name), lost_node_down(node_name))
+                or AllocationEvent.objects.filter(allocation=alloc, id__gt=failure.pk,
+                                                  from_state=State.FAILED).exists()):
+            return False  # failed for another reason, or corrected already
+        done = reason == "completed" and exit_code == 0
+        to = State.COMPLETED if done else State.FAILED
+        Allocation.objects.filter(pk=alloc.pk, state=State.FAILED).update(state=to, exit_code=exit_code,
+                                                                          state_changed_at=now)
+        AllocationEvent.objects.create(allocation=alloc, from_state=State.FAILED, to_state=to,
+                                       reason=f"corrected: exited {reason} ({exit_code}) on {node_name} "
+                                              f"while out of touch"[:255])
+        if done or alloc.requeue_policy != "always":
+            for copy in Allocation.objects.select_for_update().filter(requeued_from=alloc, state=State.PENDING):
+                allocation_cancel(allocation=copy, actor=cast(AbstractBaseUser, AnonymousUser()),
+                                  reason=f"not needed: {alloc.pk} {to} before it was lost"[:255])
+        event_on_commit("allocation.state", {"allocation": alloc.pk, "state": to}, alloc.tenant_id)
+    return True

@@ -1,0 +1,56 @@
+"""How large frames are answered through a real Daphne.
+
+Up to the protocol's 64 KiB a frame is parsed; above it, up to the server's
+WebSocket limit (1 MiB, Daphne's default), it is answered BAD_FRAME and the
+connection stays open; past the server's limit the connection is closed with 1009
+("message too big"), so the agent learns why instead of seeing its socket vanish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import websockets
+
+from nodes.actions import agent_token_issue
+from nodes.protocol import MAX_FRAME_BYTES
+from tests.nodes.test_end_to_end import control_plane, daphne  # noqa: F401  (fixtures)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+SERVER_MAX_BYTES = 1024 * 1024
+
+
+def _heartbeat(frame_id: str, seq: int, pad: int = 0) -> str:
+    frame = {"type": "heartbeat", "id": frame_id, "seq": seq, "running": []}
+    if pad:
+        frame["usage"] = {"pad": "x" * pad}
+    return json.dumps(frame)
+
+
+def test_frames_past_the_protocol_limit_get_bad_frame_and_past_the_server_s_a_1009(daphne, node_gpu_a):  # noqa: F811
+    token = agent_token_issue(node=node_gpu_a)
+    url = f"ws://127.0.0.1:{daphne}/ws/agent/"
+
+    async def scenario():
+        async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {token}"},
+                                      max_size=None) as ws:
+            await ws.send(_heartbeat("big", 1, pad=MAX_FRAME_BYTES))
+            over_protocol = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            await ws.send(_heartbeat("ok", 2))
+            still_open = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            await ws.send(_heartbeat("huge", 3, pad=SERVER_MAX_BYTES))
+            try:
+                await asyncio.wait_for(ws.recv(), 10)
+            except websockets.ConnectionClosed as exc:
+                closed = exc.rcvd.code if exc.rcvd else None
+            else:
+                closed = "not closed"
+        return over_protocol, still_open, closed
+
+    over_protocol, still_open, closed = asyncio.run(scenario())
+    assert (over_protocol["type"], over_protocol["id"], over_protocol["code"]) == ("error", "big", "BAD_FRAME")
+    assert still_open == {"type": "ack", "id": "ok"}
+    assert closed == 1009
