@@ -50,6 +50,12 @@ POLICY_FIELDS: list[tuple[str, forms.Field, tuple[str, ...] | None]] = [
     ("enable_aggressive", forms.BooleanField(required=False, initial=False), ("fair_share",)),
     ("preemption_threshold", forms.FloatField(min_value=0, initial=1.0), ("fair_share",)),
     ("aggressive_threshold", forms.FloatField(min_value=0, initial=0.2), ("fair_share",)),
+    ("preemptive_scheduling_backoff_s", forms.FloatField(
+        min_value=0, initial=5, help_text="At most one start by preemption per group in this many seconds."),
+     ("fair_share",)),
+    ("non_preemptible_usage_threshold", forms.FloatField(
+        min_value=0, max_value=1, initial=0.0,
+        help_text="A tenant whose dominant share is below this keeps all its work (0: off)."), ("fair_share",)),
 ]
 POLICY_FIELD_NAMES = [name for name, _, _ in POLICY_FIELDS]
 PREFIX = "policy_"

@@ -24,8 +24,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from nodes.models import Node
-from scheduling.models import Allocation, AllocationEvent, MetricRollup, PreemptionDecision
+from scheduling.models import (
+    Allocation,
+    AllocationEvent,
+    MetricRollup,
+    PreemptionDecision,
+    ResourceGroup,
+)
 from scheduling.models.secrets import HashedToken
+from scheduling.passes.fairshare import STATUSES, standings
 from scheduling.permissions import is_operator
 from scheduling.states import State
 
@@ -136,10 +143,28 @@ class LatticeCollector(Collector):
             queue.add_metric([name], n)
         yield queue
 
+        yield from _tenant_shares()
+
         agents = GaugeMetricFamily("lattice_connected_agents", "Nodes whose agent is connected (ready or degraded)")
         agents.add_metric([], Node.objects.filter(state__in=["ready", "degraded", "draining"],
                                                   last_heartbeat_at__isnull=False).count())
         yield agents
+
+
+def _tenant_shares() -> Iterator[object]:
+    """Each tenant's tracked share in each fair_share group and whether it starves (0: no,
+    1: starving, 2: aggressively starving), as the group's policy judges now."""
+    share = GaugeMetricFamily("lattice_tenant_share", "Tenant's dominant usage share of the resource group",
+                              labels=["resource_group", "tenant"])
+    starving = GaugeMetricFamily("lattice_tenant_starving", "1 starving, 2 aggressively starving, 0 neither",
+                                 labels=["resource_group", "tenant"])
+    now = timezone.now()
+    for group in ResourceGroup.objects.filter(tenant_shares__isnull=False).distinct().order_by("name"):
+        for row in standings(group, now):
+            share.add_metric([group.name, row.tenant], row.share)
+            starving.add_metric([group.name, row.tenant], STATUSES.index(row.status) - 1 if row.starving else 0)
+    yield share
+    yield starving
 
 
 def scrape_allowed(request: HttpRequest) -> bool | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -41,6 +42,8 @@ from scheduling.models import (
     VCluster,
 )
 from scheduling.models.cluster import validate_policy
+from scheduling.passes.fairshare import STATUSES, standings
+from scheduling.passes.snapshot import policy_of
 from scheduling.permissions import IsOperator
 from scheduling.selectors import audit_changes
 
@@ -109,7 +112,7 @@ class VClusterOutput(Checked):
     class Meta:
         model = VCluster
         fields = ["id", "resource_group", "name", "type", "allow_lending", "allow_borrowing", "max_borrow_pct",
-                  "weights", "tenants", "reason"]
+                  "allow_aggressive_preemption", "weights", "tenants", "reason"]
 
 
 class VClusterViewSet(AuditedViewSet):
@@ -177,6 +180,24 @@ class GroupOutput(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class ShareOutput(serializers.Serializer):
+    """A tenant's standing in the group (passes/fairshare.py)."""
+
+    tenant = serializers.CharField()
+    share = serializers.FloatField(help_text="Dominant usage share: max over gpu, cpu, memory of used/capacity.")
+    fair_share = serializers.FloatField()
+    status = serializers.ChoiceField(choices=STATUSES)
+    starving = serializers.BooleanField()
+    below_since = serializers.DateTimeField(allow_null=True, help_text="Below fair_share x tolerance since.")
+    updated_at = serializers.DateTimeField(allow_null=True)
+
+
+class SharesOutput(serializers.Serializer):
+    resource_group = serializers.CharField()
+    kind = serializers.CharField()
+    shares = ShareOutput(many=True)
+
+
 class PolicyInput(RefuseUnknown, serializers.Serializer):
     policy = serializers.JSONField()
 
@@ -212,6 +233,16 @@ class ResourceGroupViewSet(viewsets.ReadOnlyModelViewSet):
         group = group_policy_edit(group=self.get_object(), policy=data.validated_data["policy"],
                                   actor=request.user, reason=data.validated_data["reason"])
         return Response(GroupOutput(group).data)
+
+    @extend_schema(responses={200: SharesOutput})
+    @action(detail=True, methods=["get"])
+    def shares(self, request: Request, name: str | None = None) -> Response:
+        """Each tenant's tracked share, fair share and starvation status in the group."""
+        group = self.get_object()
+        policy = policy_of(group)
+        rows = standings(group, timezone.now(), policy)
+        return Response({"resource_group": group.name, "kind": policy.kind,
+                         "shares": [row.to_dict() for row in rows]})
 
     @extend_schema(request=PolicyInput, responses={200: dict})
     @action(detail=True, methods=["post"])

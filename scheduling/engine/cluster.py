@@ -89,6 +89,8 @@ class Cluster:
         self.vc_type: list[str] = [v.type for v in vcs]
         self.vc_sensitive: BArr = np.array([v.type == "sensitive" for v in vcs] + [False], dtype=bool)
         self.vc_service: BArr = np.array([v.type == "service" for v in vcs] + [False], dtype=bool)
+        # Work outside any vCluster (the last entry) may be taken by aggressive preemption.
+        self.vc_aggressive: BArr = np.array([v.allow_aggressive_preemption for v in vcs] + [True], dtype=bool)
         self.node_vc: IArr = np.array([self._vc(n.vcluster) for n in node_list], dtype=np.int64)
         self.node_bb: IArr = np.array([self._vc(n.borrowed_by) for n in node_list], dtype=np.int64)
         self.vc_home_count: IArr = np.bincount(self.node_vc[self.node_vc >= 0], minlength=len(vcs))
@@ -96,6 +98,8 @@ class Cluster:
         self.vc_lent: IArr = np.bincount(self.node_vc[lent], minlength=len(vcs))
 
         self.tenants: dict[str, Tenant] = {t.name: t for t in tenants}
+        # When the group last started work by preemption (fair_share's backoff); None: never.
+        self.last_preemption_at: float | None = None
         self.tenant_index: dict[str | None, int] = {}
         self.t_fair: FArr = np.zeros(0)
         self.t_burst: BArr = np.zeros(0, dtype=bool)
@@ -413,6 +417,12 @@ class Cluster:
         if name is not None and name in self.tenants:
             return self.tenants[name]
         return Tenant(name=name or "")
+
+    def set_below_since(self, name: str, since: float | None) -> None:
+        """A tenant's ``below_fair_share_since`` as the scheduler tracks it (read by the gate only,
+        so no cached value depends on it)."""
+        if name in self.tenants:
+            self.tenants[name] = replace(self.tenants[name], below_fair_share_since=since)
 
     def share_of(self, held: FArr) -> float:
         mask = self.total > 0

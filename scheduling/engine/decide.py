@@ -111,6 +111,7 @@ def decide_scenario(scenario: Scenario) -> Decision:
         scenario.nodes, scenario.running, scenario.tenants, scenario.vclusters,
         scenario.session_types, use_vclusters=scenario.has_vclusters,
     )
+    cluster.last_preemption_at = scenario.last_preemption_at
     return decide(cluster, scenario.policy, scenario.pending, scenario.now)
 
 
@@ -130,6 +131,8 @@ def _gates(cluster: Cluster, policy: Policy, req: Allocation, now: float) -> Gat
         gates.starving = below and since is not None and waited >= policy.starvation_timeout_s - EPS
         gates.aggressive = (gates.starving and policy.enable_aggressive
                             and waited >= policy.aggressive_starvation_timeout_s - EPS)
+        last = cluster.last_preemption_at
+        gates.backoff = last is not None and now - last < policy.preemptive_scheduling_backoff_s - EPS
     return gates
 
 
@@ -206,6 +209,8 @@ def _wait_gate(view: RequestView, policy: Policy, req: Allocation, gates: Gates)
         return "NOT_PREEMPTIVE"
     if policy.kind == "fair_share" and not gates.starving:
         return "NOT_STARVING"
+    if policy.kind == "fair_share" and gates.backoff:
+        return "PREEMPTION_BACKOFF"
     if policy.kind == "rank" and not gates.share < gates.fair_share - EPS:
         return "NOT_UNDER_ALLOCATED"
     if not view.usable_if_empty():

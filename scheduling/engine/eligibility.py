@@ -37,6 +37,7 @@ class Gates:
     fair_share: float
     starving: bool = False
     aggressive: bool = False
+    backoff: bool = False  # fair_share: the group started work by preemption too recently
 
 
 @dataclass(slots=True)
@@ -195,8 +196,9 @@ def _kind_codes(cluster: Cluster, codes: IArr, policy: Policy, req: Allocation, 
         bands = fair_share_bands(cluster, policy, now)
         own = cluster.tenant_index.get(req.tenant, -99)
         bands = np.where(cluster.a_tenant[:n] == own, CODE["WITHIN_FAIR_SHARE"], bands)
-        if gates.aggressive:
-            bands = np.where(bands == CODE["AGGRESSIVE_ONLY"], 0, bands)
+        if gates.aggressive:  # only where the victim's vCluster allows aggressive preemption
+            allowed = cluster.vc_aggressive[cluster.a_vc[:n]]
+            bands = np.where((bands == CODE["AGGRESSIVE_ONLY"]) & allowed, 0, bands)
         codes[:] = np.where(codes == 0, bands, codes)
 
 
@@ -234,9 +236,14 @@ def fair_share_bands(cluster: Cluster, policy: Policy, now: float) -> IArr:
         never_cap = fair * policy.aggressive_threshold + EPS
         bands[running <= aggressive_cap] = CODE["AGGRESSIVE_ONLY"]
         bands[running <= never_cap] = CODE["WITHIN_FAIR_SHARE"]
+        # A tenant using less than the threshold keeps all its work (YTsaurus's
+        # non_preemptible_resource_usage_threshold).
+        small = cluster.tenant_shares()[tenant] < policy.non_preemptible_usage_threshold - EPS
+        bands[small] = CODE["WITHIN_FAIR_SHARE"]
         return bands
 
-    key = ("fair_share_bands", now, policy.preemption_threshold, policy.aggressive_threshold)
+    key = ("fair_share_bands", now, policy.preemption_threshold, policy.aggressive_threshold,
+           policy.non_preemptible_usage_threshold)
     result: IArr = cluster.cached(key, build)
     return result
 

@@ -28,6 +28,8 @@ WAIT_TEXT = {
     "PREEMPTION_PAUSED": "an operator has paused preemption in this resource group, so it waits for capacity to free up",
     "NOT_PREEMPTIVE": "it is not allowed to preempt other work, so it waits for capacity to free up",
     "NOT_STARVING": "its tenant has not been below its fair share long enough to preempt others",
+    "PREEMPTION_BACKOFF": "this resource group started work by preemption moments ago and waits a few "
+                          "seconds between such starts; it is tried again then",
     "NOT_UNDER_ALLOCATED": "its tenant already holds at least its fair share, so it may not preempt others",
     "NO_USABLE_NODES": "no node it may use could ever hold it (check its size, labels and vCluster)",
     "NO_FEASIBLE_SET": "even preempting every eligible allocation would not free enough room",

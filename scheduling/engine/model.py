@@ -54,6 +54,10 @@ class Policy:
     enable_aggressive: bool = False
     preemption_threshold: float = 1.0
     aggressive_threshold: float = 0.2
+    # At most one preemptive start per group in this window (the pass passes the last one's time).
+    preemptive_scheduling_backoff_s: float = 5
+    # A tenant whose dominant share is below this is never preempted (0: off).
+    non_preemptible_usage_threshold: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,7 @@ class VCluster:
     allow_lending: bool = True
     allow_borrowing: bool = True
     max_borrow_pct: float = 0.2
+    allow_aggressive_preemption: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,3 +187,4 @@ class Scenario:
     session_types: tuple[SessionType, ...] = ()
     has_vclusters: bool = False
     has_session_types: bool = False
+    last_preemption_at: float | None = None

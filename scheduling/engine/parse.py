@@ -88,9 +88,15 @@ def read_policy(errors: _Errors, path: str, obj: Any) -> Policy:
         enable_aggressive=r.boolean("enable_aggressive", d.enable_aggressive),
         preemption_threshold=r.number("preemption_threshold", d.preemption_threshold),
         aggressive_threshold=r.number("aggressive_threshold", d.aggressive_threshold),
+        preemptive_scheduling_backoff_s=r.number("preemptive_scheduling_backoff_s",
+                                                 d.preemptive_scheduling_backoff_s),
+        non_preemptible_usage_threshold=r.number("non_preemptible_usage_threshold",
+                                                 d.non_preemptible_usage_threshold, hi=1.0),
     )
     if policy.aggressive_threshold > policy.preemption_threshold:
         errors.add(r._p("aggressive_threshold"), "must not be above preemption_threshold")
+    if policy.aggressive_starvation_timeout_s < policy.starvation_timeout_s:
+        errors.add(r._p("aggressive_starvation_timeout_s"), "must not be below starvation_timeout_s")
     return policy
 
 
@@ -104,7 +110,8 @@ def parse_policy(obj: Any) -> Policy:
 
 
 _TENANT_FIELDS = {"name", "fair_share", "burst_allowance", "below_fair_share_since"}
-_VCLUSTER_FIELDS = {"name", "type", "allow_lending", "allow_borrowing", "max_borrow_pct"}
+_VCLUSTER_FIELDS = {"name", "type", "allow_lending", "allow_borrowing", "max_borrow_pct",
+                    "allow_aggressive_preemption"}
 _SESSION_FIELDS = {"name", "priority", "preemptive", "preemptable", "preempts", "rank", "scope",
                    "criteria", "mode"}
 _NODE_FIELDS = {"name", "capacity", "labels", "vcluster", "borrowed_by", "state"}
@@ -116,7 +123,7 @@ _ALLOC_FIELDS = {
     "constraints", "value", "preemptive", "held_nodes",
 }
 _DOC_FIELDS = {"now", "policy", "tenants", "vclusters", "session_types", "nodes", "running",
-               "pending"}
+               "pending", "last_preemption_at"}
 
 
 def _read_list(errors: _Errors, path: str, value: Any, required: bool) -> list[Any]:
@@ -179,6 +186,7 @@ def parse_scenario(doc: Any) -> Scenario:
             allow_lending=r.boolean("allow_lending", True),
             allow_borrowing=r.boolean("allow_borrowing", True),
             max_borrow_pct=r.number("max_borrow_pct", 0.2, hi=1.0),
+            allow_aggressive_preemption=r.boolean("allow_aggressive_preemption", True),
         )
 
     raw_preempts: dict[str, tuple[str, list[Any]]] = {}
@@ -341,11 +349,13 @@ def parse_scenario(doc: Any) -> Scenario:
         if pending is not None and pending.id in seen_ids:
             errors.add("pending.id", f"duplicate id {pending.id!r}")
 
+    last_preemption_at = top.time("last_preemption_at")
     if errors.items or now is None or policy is None or pending is None:
         raise InvalidDocument(errors.items or [("$", "invalid document")])
     return Scenario(
         now=now,
         policy=policy,
+        last_preemption_at=last_preemption_at,
         nodes=tuple(nodes),
         running=tuple(running),
         pending=pending,

@@ -7,10 +7,10 @@ from .records import (
     PreemptionDecision,
     SnapshotChange,
 )
-from .tenancy import ApiToken, Membership, Quota, Tenant
+from .tenancy import ApiToken, Membership, Quota, Tenant, TenantShare
 
 __all__ = [
     "Allocation", "AllocationEvent", "ApiToken", "DecisionAudience", "Membership", "MetricRollup", "Placement",
     "PolicyChange", "PreemptionDecision", "Quota", "ResourceGroup", "SessionType", "SnapshotChange", "Tenant",
-    "VCluster",
+    "TenantShare", "VCluster",
 ]

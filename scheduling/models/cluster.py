@@ -69,6 +69,9 @@ class VCluster(models.Model):
     allow_borrowing = models.BooleanField(default=True)
     max_borrow_pct = models.FloatField(default=0.2, validators=[MinValueValidator(0), MaxValueValidator(1)],
                                        help_text="Share of its nodes it lends at most (0..1).")
+    allow_aggressive_preemption = models.BooleanField(
+        default=True, help_text="fair_share: its work in the aggressive-only band may be taken by an "
+                                "aggressively starving tenant.")
     weights = models.JSONField(default=dict, blank=True, help_text="Queue-ordering weights; empty = type defaults.")
     tenants = models.ManyToManyField("scheduling.Tenant", blank=True, related_name="vclusters",
                                      help_text="Tenants that may submit here; none = every tenant.")

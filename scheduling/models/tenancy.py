@@ -16,8 +16,6 @@ from .secrets import PREFIX_LEN, HashedToken
 class Tenant(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     display_name = models.CharField(max_length=128, blank=True)
-    below_fair_share_since = models.DateTimeField(null=True, blank=True,
-                                                  help_text="Set by the scheduler; drives fair-share starvation.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -73,6 +71,30 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         return f"quota of {self.tenant}"
+
+
+class TenantShare(models.Model):
+    """A tenant's standing in one resource group, written by the scheduler pass (passes/fairshare.py):
+    its dominant usage share, its fair share then, and since when it has been below
+    ``fair_share x tolerance`` (null: not below). Starving is derived from ``below_since`` and the
+    group's policy when read."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="shares")
+    resource_group = models.ForeignKey("scheduling.ResourceGroup", on_delete=models.CASCADE,
+                                       related_name="tenant_shares")
+    share = models.FloatField(default=0.0)
+    fair_share = models.FloatField(default=0.0)
+    below_since = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["resource_group_id", "tenant__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "resource_group"], name="tenantshare_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} in {self.resource_group_id}: {self.share:.3f}"
 
 
 class ApiToken(HashedToken):

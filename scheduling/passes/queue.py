@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from django.db.models import Max
+from typing import Any
 
-from scheduling.models import Allocation, PreemptionDecision, Quota, ResourceGroup
+from django.db.models import Case, FloatField, IntegerField, Max, Value, When
+from django.utils import timezone
+
+from scheduling.models import Allocation, PreemptionDecision, ResourceGroup
+from scheduling.passes.fairshare import Standing, standing_by_tenant
 from scheduling.passes.holds import holds_of
 from scheduling.passes.snapshot import ALLOCATION_FIELDS
 from scheduling.states import State
@@ -14,26 +18,35 @@ QUEUE_ORDER = {
     "priority": ["-priority", "submitted_at", "id"],
     "queue": ["-session_type__priority", "-priority", "submitted_at", "id"],
     "rank": ["-session_type__rank", "submitted_at", "id"],
-    "fair_share": ["submitted_at", "id"],
+    # Starving tenants first, then the furthest below their fair share (see _by_deficit).
+    "fair_share": ["fs_starving", "-fs_deficit", "submitted_at", "id"],
 }
 
 
-def pending_queue(group: ResourceGroup, kind: str, limit: int, held: set[int] | None = None) -> list[dict]:
+def pending_queue(group: ResourceGroup, kind: str, limit: int, held: set[int] | None = None,
+                  standing: dict[int, Standing] | None = None) -> list[dict]:
     """Pending work in the policy's order; submission time is kept across requeues.
     Preemptors already holding nodes (``held``, read here if not given) come first: their nodes
-    are being freed for them."""
+    are being freed for them. A fair_share pass gives ``standing`` (its tenants' tracked shares);
+    elsewhere the tracked rows are read."""
     if held is None:
         held = set(holds_of(group))
-    rows = list(Allocation.objects.filter(resource_group=group, state=State.PENDING)
-                .order_by(*QUEUE_ORDER[kind]).values(*ALLOCATION_FIELDS, "tenant_id")[: limit + len(held)])
+    qs = Allocation.objects.filter(resource_group=group, state=State.PENDING)
     if kind == "fair_share":
-        rows = _by_deficit(rows)
+        qs = _by_deficit(qs, standing if standing is not None else standing_by_tenant(group, timezone.now()))
+    rows = list(qs.order_by(*QUEUE_ORDER[kind]).values(*ALLOCATION_FIELDS, "tenant_id")[: limit + len(held)])
     return sorted(rows, key=lambda r: r["id"] not in held)
 
 
-def _by_deficit(rows: list[dict]) -> list[dict]:
-    fair = dict(Quota.objects.values_list("tenant__name", "fair_share"))
-    return sorted(rows, key=lambda r: (-(fair.get(r["tenant__name"]) or 0.0), r["submitted_at"], r["id"]))
+def _by_deficit(qs: Any, standing: dict[int, Standing]) -> Any:
+    """Ordered in the database, so a starving tenant's request is never cut off by the limit:
+    starving tenants' work first, then by deficit (fair share minus share; an untracked tenant
+    counts 0), then submission time."""
+    starving = [t for t, s in standing.items() if s.starving]
+    return qs.annotate(
+        fs_starving=Case(When(tenant_id__in=starving, then=Value(0)), default=Value(1), output_field=IntegerField()),
+        fs_deficit=Case(*[When(tenant_id=t, then=Value(s.deficit)) for t, s in standing.items()],
+                        default=Value(0.0), output_field=FloatField()))
 
 
 def last_codes(alloc_ids: list[int]) -> dict[int, str]:

@@ -21,7 +21,7 @@ from scheduling.engine import model as em
 from scheduling.errors import DomainError
 from scheduling.models import Allocation, ResourceGroup
 from scheduling.models.records import Execution
-from scheduling.passes import snapshot_cache
+from scheduling.passes import fairshare, snapshot_cache
 from scheduling.passes.holds import holds_of, release_reservation, reserve_holds
 from scheduling.passes.locks import group_lock
 from scheduling.passes.queue import last_codes, pending_queue
@@ -52,9 +52,11 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
 def _locked_pass(group: ResourceGroup, budget: int, now: datetime | None) -> PassResult:
     snap = snapshot_cache.take(group)
     assert snap.quotas is not None, "snapshot_cache.take always gives a pass its quota book"
+    as_of = now or timezone.now()
+    standing = fairshare.track(snap, as_of) if snap.policy.kind == "fair_share" else None
     holds = holds_of(group)
-    queue = pending_queue(group, snap.policy.kind, budget + 1, set(holds))
-    state = PassState(snap=snap, quotas=snap.quotas, as_of=now or timezone.now())
+    queue = pending_queue(group, snap.policy.kind, budget + 1, set(holds), standing)
+    state = PassState(snap=snap, quotas=snap.quotas, as_of=as_of)
     state.result.more = len(queue) > budget
     reserve_holds(snap, holds)
     state.reserved.update(holds)
@@ -137,7 +139,8 @@ def _apply(state: PassState, row: dict, req: em.Allocation, decision: Decision, 
     record = build_record(group, row["id"], decision, snap, state.as_of, latency,
                           Execution.SHADOW if group.shadow else Execution.EXECUTED)
     state.staged.append((row, decision, record))
-    if not group.shadow:  # later decisions of this pass see the victims leaving, written or not yet
+    if not group.shadow:
+        fairshare.noted_preemption(snap, state.as_of)  # later decisions of this pass see the victims leaving, written or not yet
         for v in decision.victims:
             snap.cluster.set_state(v.id, "checkpointing" if v.action == "checkpoint" else "terminating")
 
@@ -156,6 +159,7 @@ def _place_borrowing(state: PassState, row: dict, req: em.Allocation, decision: 
     # it first, so the reload shows its victims leaving and its holds.
     flush_preempts(state)
     fresh = load_snapshot(group)
+    fresh.cluster.last_preemption_at = snap.cluster.last_preemption_at
     snap.cluster, snap.node_ids, snap.dirty = fresh.cluster, fresh.node_ids, True
     holds = holds_of(group)  # the staged ones just written included
     reserve_holds(snap, holds)

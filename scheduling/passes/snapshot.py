@@ -13,11 +13,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db.models import OuterRef, Subquery
+
 from nodes.models import Node
 from scheduling.engine import Cluster
 from scheduling.engine import model as em
 from scheduling.engine.parse import parse_policy
-from scheduling.models import Allocation, Placement, ResourceGroup, SessionType, Tenant, VCluster
+from scheduling.models import (
+    Allocation,
+    Placement,
+    ResourceGroup,
+    SessionType,
+    Tenant,
+    TenantShare,
+    VCluster,
+)
 from scheduling.passes.quota_book import QuotaBook
 from scheduling.states import HOLDING
 
@@ -87,6 +97,7 @@ class Snapshot:
         self.dirty = False
         # The tenants' quota use, for a pass (snapshot_cache loads it with the snapshot).
         self.quotas: QuotaBook | None = None
+        self.tenant_ids: dict[str, int] | None = None  # tenant name -> id (passes/fairshare.py)
 
 
 def load_snapshot(group: ResourceGroup) -> Snapshot:
@@ -112,11 +123,12 @@ class _Rows:
 def _read(group: ResourceGroup) -> _Rows:
     nodes = list(Node.objects.filter(resource_group=group).values(
         "id", "name", "gpu", "cpu", "memory", "labels", "vcluster__name", "borrowed_by__name", "state"))
+    # Starvation is tracked per group (passes/fairshare.py): each tenant's row for this group.
+    below = TenantShare.objects.filter(tenant=OuterRef("pk"), resource_group=group).values("below_since")[:1]
     tenants = [em.Tenant(name=t["name"], fair_share=t["quota__fair_share"] or 0.0,
-                         burst_allowance=t["quota__burst_allowance"],
-                         below_fair_share_since=ts(t["below_fair_share_since"]))
-               for t in Tenant.objects.values("name", "quota__fair_share", "quota__burst_allowance",
-                                              "below_fair_share_since")]
+                         burst_allowance=t["quota__burst_allowance"], below_fair_share_since=ts(t["below"]))
+               for t in Tenant.objects.annotate(below=Subquery(below)).values(
+                   "name", "quota__fair_share", "quota__burst_allowance", "below")]
     return _Rows(nodes, list(VCluster.objects.filter(resource_group=group)),
                  list(SessionType.objects.filter(resource_group=group)), tenants, list(holding(group).values()))
 
@@ -130,7 +142,8 @@ def _build(group: ResourceGroup, rows: _Rows, edited: VCluster | SessionType | N
                 stored[i] = copy.copy(edited)
                 stored[i].name = row.name
     vclusters = [em.VCluster(name=v.name, type=v.type, allow_lending=v.allow_lending,
-                             allow_borrowing=v.allow_borrowing, max_borrow_pct=v.max_borrow_pct) for v in vc_rows]
+                             allow_borrowing=v.allow_borrowing, max_borrow_pct=v.max_borrow_pct,
+                             allow_aggressive_preemption=v.allow_aggressive_preemption) for v in vc_rows]
     engine_nodes = [em.Node(name=n["name"], capacity=_resources(n), labels=n["labels"] or {},
                             vcluster=n["vcluster__name"], borrowed_by=n["borrowed_by__name"], state=n["state"])
                     for n in rows.nodes]

@@ -35,6 +35,7 @@ from scheduling.models import (
     SessionType,
     VCluster,
 )
+from scheduling.passes.fairshare import standings
 from scheduling.passes.queue import pending_queue
 from scheduling.passes.snapshot import policy_of
 from scheduling.permissions import operator_required
@@ -70,13 +71,15 @@ def group_detail(request: HttpRequest, name: str) -> HttpResponse:
     for node_id, alloc_id in Placement.objects.filter(node__resource_group=group, kind="assigned").values_list(
             "node_id", "allocation_id"):
         on.setdefault(node_id, []).append(alloc_id)
-    queue = pending_queue(group, policy_of(group).kind, 100)
+    policy = policy_of(group)
+    queue = pending_queue(group, policy.kind, 100)
     latest: dict[int, PreemptionDecision] = {}
     for d in PreemptionDecision.objects.filter(preemptor_id__in=[r["id"] for r in queue]).order_by("id"):
         latest[d.preemptor_id] = d  # the last one wins
     rows = [{**r, "why": latest.get(r["id"])} for r in queue]
+    shares = standings(group, timezone.now(), policy) if policy.kind == "fair_share" else []
     return render(request, "ops/group.html", {"group": group, "nodes": [(n, on.get(n.pk, [])) for n in nodes],
-                                              "queue": rows})
+                                              "queue": rows, "shares": shares})
 
 
 @operator_required
@@ -121,7 +124,8 @@ class ReasonedForm(forms.ModelForm):
 class VClusterForm(ReasonedForm):
     class Meta:
         model = VCluster
-        fields = ["type", "allow_lending", "allow_borrowing", "max_borrow_pct", "weights"]
+        fields = ["type", "allow_lending", "allow_borrowing", "max_borrow_pct", "allow_aggressive_preemption",
+                  "weights"]
 
 
 class SessionTypeForm(ReasonedForm):

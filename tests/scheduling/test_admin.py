@@ -18,7 +18,8 @@ def _form_data(group: ResourceGroup, **policy) -> dict:
             "victim_scope": "resource_group", "preemption_order": "newest", "preempt_for": "",
             "no_preempt_run_minutes": "", "no_preempt_finish_minutes": "", "tolerance": 0.8,
             "starvation_timeout_s": 30, "aggressive_starvation_timeout_s": 120,
-            "preemption_threshold": 1.0, "aggressive_threshold": 0.2}
+            "preemption_threshold": 1.0, "aggressive_threshold": 0.2, "preemptive_scheduling_backoff_s": 5,
+            "non_preemptible_usage_threshold": 0}
     base.update(policy)
     for key, value in base.items():
         if value is True:

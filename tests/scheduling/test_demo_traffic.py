@@ -26,7 +26,7 @@ def test_submits_through_the_api_as_each_tenant_and_revokes_its_tokens(live_serv
     assert submitted, lines
     created = Allocation.objects.exclude(pk__in=before).select_related("tenant", "resource_group")
     assert {a.pk: a.tenant.name for a in created} == submitted  # as the tenant the line names, nothing else
-    assert {a.resource_group.name for a in created} == {"gpu-main", "shared-east"}  # both groups' models act
+    assert {a.resource_group.name for a in created} == {"gpu-main", "shared-east", "fair-west"}  # every model acts
     assert all(not re.match(r"server unreachable", line) for line in lines)
     assert not ApiToken.objects.filter(revoked_at__isnull=True).exists()
 

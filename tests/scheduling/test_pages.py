@@ -18,7 +18,8 @@ POLICY = {"policy_kind": "class_cost", "policy_enabled": "on", "policy_mode": "s
           "policy_checkpoint_timeout_minutes": "10", "policy_victim_scope": "resource_group",
           "policy_preemption_order": "newest", "policy_tolerance": "0.8", "policy_starvation_timeout_s": "30",
           "policy_aggressive_starvation_timeout_s": "120", "policy_preemption_threshold": "1.0",
-          "policy_aggressive_threshold": "0.2"}
+          "policy_aggressive_threshold": "0.2",
+          "policy_preemptive_scheduling_backoff_s": "5", "policy_non_preemptible_usage_threshold": "0"}
 
 
 def test_tenant_members_cannot_open_the_console(client, tenant_physics, resource_group, django_user_model):

@@ -1,11 +1,23 @@
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth import authenticate
 from django.core.management import call_command
+from django.utils import timezone
 
 from nodes.models import Node
-from scheduling.models import Allocation, ResourceGroup, SessionType, Tenant, VCluster
+from scheduling.models import (
+    Allocation,
+    PreemptionDecision,
+    ResourceGroup,
+    SessionType,
+    Tenant,
+    TenantShare,
+    VCluster,
+)
+from scheduling.passes.run import schedule_pass
 
 pytestmark = pytest.mark.django_db
 
@@ -16,7 +28,7 @@ def test_seed_demo_builds_the_demo_cluster_and_is_idempotent():
     call_command("seed_demo")
     assert (ResourceGroup.objects.count(), Node.objects.count(), Allocation.objects.count()) == counts
     assert Node.objects.filter(gpu__gt=0, labels__has_key="switch").count() >= 48
-    assert {p["kind"] for p in ResourceGroup.objects.values_list("policy", flat=True)} >= {"class_cost", "rank"}
+    assert {p["kind"] for p in ResourceGroup.objects.values_list("policy", flat=True)} >= {"class_cost", "rank", "fair_share"}
     assert set(VCluster.objects.values_list("type", flat=True)) == {
         "hpc_batch", "ml_training", "service", "sensitive", "interactive"}
     assert SessionType.objects.values("rank").distinct().count() >= 3
@@ -25,3 +37,17 @@ def test_seed_demo_builds_the_demo_cluster_and_is_idempotent():
     op = authenticate(username="operator", password="lattice-operator")
     assert op is not None and op.is_staff
     assert authenticate(username="alice", password="lattice-demo").memberships.get().tenant.name == "physics"
+
+
+def test_the_fair_share_demo_group_starves_biology_until_it_preempts():
+    call_command("seed_demo")
+    group = ResourceGroup.objects.get(name="fair-west")
+    t0 = timezone.now()
+    schedule_pass(group.pk, now=t0)
+    biology = TenantShare.objects.get(resource_group=group, tenant__name="biology")
+    assert (biology.share, biology.below_since) == (0.0, t0)
+    schedule_pass(group.pk, now=t0 + timedelta(seconds=31))  # past the demo's 30 s starvation timeout
+    decision = PreemptionDecision.objects.get(resource_group=group, result="preempt")
+    assert decision.preemptor.tenant.name == "biology"
+    # the newest work above its tenant's share: chemistry's 1-node job started half an hour ago
+    assert [Allocation.objects.get(pk=v["id"]).ran_on for v in decision.victims] == [["fw-west-08"]]

@@ -26,9 +26,10 @@ from scheduling.actions.tokens import api_token_issue, api_token_revoke
 from scheduling.models import Membership, ResourceGroup
 from scheduling.models.secrets import PREFIX_LEN
 
-# (resource group, weight, its vClusters with weights): both of the demo's groups, so both their
-# preemption models (class cost, session ranks) act live; the sensitive vCluster is left alone.
-GROUPS = [("gpu-main", 3, [("hpc", 3), ("ml", 2)]), ("shared-east", 2, [("east", 3), ("lab", 2)])]
+# (resource group, weight, its vClusters with weights): every demo group, so each preemption model
+# (class cost, session ranks, fair-share starvation) acts live; the sensitive vCluster is left alone.
+GROUPS = [("gpu-main", 3, [("hpc", 3), ("ml", 2)]), ("shared-east", 2, [("east", 3), ("lab", 2)]),
+          ("fair-west", 2, [("west", 1)])]
 # (session type, weight, class range): scavengers fill idle nodes, production work takes them back.
 SESSIONS = [("scavenger", 4, (0, 1)), ("batch", 5, (2, 5)), ("production", 2, (6, 8)), ("critical", 1, (9, 9))]
 

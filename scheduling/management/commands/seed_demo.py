@@ -56,6 +56,17 @@ GROUPS: list[dict[str, Any]] = [
             ("secure", "sensitive", 4, "se"),
         ],
     },
+    {
+        "name": "fair-west",
+        "description": "Fair-share batch cluster; YTsaurus-style starvation and preemption.",
+        # A tenant below 80 % of its fair share with work waiting starves after 30 s and may then
+        # preempt the newest work of tenants above their share; never work within a tenant's share.
+        "policy": {"kind": "fair_share", "mode": "suspend", "tolerance": 0.8, "starvation_timeout_s": 30,
+                   "aggressive_starvation_timeout_s": 120, "enable_aggressive": False,
+                   "preemption_threshold": 1.0, "aggressive_threshold": 1.0,
+                   "preemptive_scheduling_backoff_s": 5},
+        "vclusters": [("west", "hpc_batch", 8, "fw")],
+    },
 ]
 
 SESSION_TYPES = [
@@ -132,6 +143,7 @@ class Command(BaseCommand):
         if Allocation.objects.exists():
             return
         now = timezone.now()
+        self._seed_fair_share(now)
         rg = ResourceGroup.objects.get(name="gpu-main")
         hpc = VCluster.objects.get(resource_group=rg, name="hpc")
         ml = VCluster.objects.get(resource_group=rg, name="ml")
@@ -146,6 +158,30 @@ class Command(BaseCommand):
             ("biology", ml, ["gm-ml-02", "gm-ml-03"], 5, "auto", batch, 3, 10),
             ("biology", hpc, ["gm-hpc-09"], 0, "auto", scav, 0.5, 4),
         ]
+        self._run_plan(rg, plan, now)
+
+    def _seed_fair_share(self, now: Any) -> None:
+        """fair-west full with physics' and chemistry's work, and biology (nothing running) waiting:
+        on the group page biology goes from below its fair share to starving, then preempts."""
+        rg = ResourceGroup.objects.get(name="fair-west")
+        west = VCluster.objects.get(resource_group=rg, name="west")
+        batch = SessionType.objects.get(resource_group=rg, name="batch")
+        self._run_plan(rg, [
+            ("physics", west, ["fw-west-01", "fw-west-02"], 3, "auto", batch, 3, 24),
+            ("physics", west, ["fw-west-03", "fw-west-04", "fw-west-05"], 3, "auto", batch, 1, 24),
+            ("chemistry", west, ["fw-west-06", "fw-west-07"], 3, "auto", batch, 2, 24),
+            ("chemistry", west, ["fw-west-08"], 3, "auto", batch, 0.5, 24),
+        ], now)
+        tenant = Tenant.objects.get(name="biology")
+        user = Membership.objects.filter(tenant=tenant).first().user  # type: ignore[union-attr]
+        waiting = Allocation.objects.create(
+            resource_group=rg, tenant=tenant, user=user, vcluster=west, session_type=batch, name="biology-batch-3",
+            preemption_class=3, checkpoint="auto", submitted_at=now, state=State.PENDING, state_changed_at=now,
+            node_count=1, per_node_gpu=8, per_node_cpu=64, per_node_memory=512, walltime_minutes=120,
+            command=["python", "-c", "import time; time.sleep(3600)"])
+        AllocationEvent.objects.create(allocation=waiting, from_state="", to_state=State.PENDING, reason="seeded")
+
+    def _run_plan(self, rg: ResourceGroup, plan: list[Any], now: Any) -> None:
         for tname, vc, node_names, klass, ckpt, st, ago, wall in plan:
             tenant = Tenant.objects.get(name=tname)
             user = Membership.objects.filter(tenant=tenant).first().user  # type: ignore[union-attr]
