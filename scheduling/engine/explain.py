@@ -27,6 +27,8 @@ WAIT_TEXT = {
     "PREEMPTION_DISABLED": "preemption is disabled in this resource group, so it waits for capacity to free up",
     "PREEMPTION_PAUSED": "an operator has paused preemption in this resource group, so it waits for capacity to free up",
     "NOT_PREEMPTIVE": "it is not allowed to preempt other work, so it waits for capacity to free up",
+    "EXCLUSIVE_NOT_PREEMPTIVE": ("it asks for whole nodes (exclusive), and this group's policy does not let "
+                                 "exclusive jobs preempt, so it waits for nodes to empty"),
     "NOT_STARVING": "its tenant has not been below its fair share long enough to preempt others",
     "NOT_UNDER_ALLOCATED": "its tenant already holds at least its fair share, so it may not preempt others",
     "NO_USABLE_NODES": "no node it may use could ever hold it (check its size, labels and vCluster)",
