@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import Max
+from django.db.models.functions import Coalesce
 
 from scheduling.models import Allocation, PreemptionDecision, Quota, ResourceGroup
 from scheduling.passes.holds import holds_of
 from scheduling.passes.snapshot import ALLOCATION_FIELDS
 from scheduling.states import State
 
-QUEUE_ORDER = {
+QUEUE_ORDER: dict[str, list[Any]] = {
     "class_cost": ["-preemption_class", "-priority", "submitted_at", "id"],
     "priority": ["-priority", "submitted_at", "id"],
     "queue": ["-session_type__priority", "-priority", "submitted_at", "id"],
-    "rank": ["-session_type__rank", "submitted_at", "id"],
+    # a request's own rank when it carries one (Symphony), else its session type's
+    "rank": [Coalesce("rank", "session_type__rank").desc(), "submitted_at", "id"],
     "fair_share": ["submitted_at", "id"],
 }
 
