@@ -128,7 +128,8 @@ class TenantAdmin(AuditedAdmin):
 @admin.register(Quota)
 class QuotaAdmin(AuditedAdmin):
     list_display = ["tenant", "max_nodes", "max_gpus", "max_concurrent_allocations",
-                    "max_preemption_class", "max_priority", "fair_share"]
+                    "max_preemption_class", "default_priority", "min_priority", "max_priority",
+                    "priority_changeable", "fair_share"]
     search_fields = ["tenant__name"]
 
 

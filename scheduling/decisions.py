@@ -79,7 +79,7 @@ def _request(fields: dict[str, Any], tenant: str, user: str) -> em.Allocation:
         nodes=fields["node_count"],
         per_node={r: float(fields[f"per_node_{r}"]) for r in ("gpu", "cpu", "memory") if fields[f"per_node_{r}"]},
         labels=dict(constraints.get("labels") or {}), same=constraints.get("same"), value=fields["value"],
-        preemptive=fields["preemptive"],
+        preemptive=fields["preemptive"], rank=fields.get("rank"),
     )
 
 

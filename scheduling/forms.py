@@ -44,6 +44,8 @@ POLICY_FIELDS: list[tuple[str, forms.Field, tuple[str, ...] | None]] = [
                                       required=False), ("queue",)),
     ("no_preempt_run_minutes", forms.FloatField(required=False, min_value=0), ("queue",)),
     ("no_preempt_finish_minutes", forms.FloatField(required=False, min_value=0), ("queue",)),
+    ("no_preempt_interval_minutes", forms.FloatField(
+        required=False, min_value=0, help_text="Minimum uninterrupted run after a start or resume."), ("queue",)),
     ("tolerance", forms.FloatField(min_value=0, initial=0.8), ("fair_share",)),
     ("starvation_timeout_s", forms.FloatField(min_value=0, initial=30), ("fair_share",)),
     ("aggressive_starvation_timeout_s", forms.FloatField(min_value=0, initial=120), ("fair_share",)),

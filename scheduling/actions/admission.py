@@ -30,6 +30,31 @@ def tenant_for(user: AbstractBaseUser, tenant_name: str | None = None) -> Tenant
     return found[0].tenant
 
 
+def priority_for(tenant: Tenant, user: AbstractBaseUser, requested: int | None) -> int:
+    """The priority a request gets under its tenant's and its user's priority policies (Backend.AI's
+    project and user resource policies): the default when it names none; else the named one, if this
+    user may change priority at all and it lies in both ranges. The user's blank values take the
+    tenant's. A request outside the policy is refused naming ``priority``."""
+    quota = Quota.objects.filter(tenant=tenant).first()
+    default, changeable, low, high = 10, True, 0, 100
+    if quota is not None:
+        default, changeable = quota.default_priority, quota.priority_changeable
+        low, high = quota.min_priority, quota.max_priority
+    member = Membership.objects.filter(tenant=tenant, user=user).first()
+    if member is not None:
+        default = default if member.default_priority is None else member.default_priority
+        changeable = changeable and member.priority_changeable
+        low = low if member.min_priority is None else max(low, member.min_priority)
+        high = high if member.max_priority is None else min(high, member.max_priority)
+    if requested is None or requested == default:
+        return default
+    if not changeable:
+        raise DomainError(f"you may not change the priority here; leave it out to get {default}", field="priority")
+    if not low <= requested <= high:
+        raise DomainError(f"{requested} is outside the priority range {low}..{high} you may set", field="priority")
+    return requested
+
+
 def allocation_submit(*, user: AbstractBaseUser, tenant: Tenant, group: ResourceGroup,
                       fields: dict[str, Any]) -> Allocation:
     """Store a validated request as pending, within the tenant's hard quota.

@@ -126,7 +126,7 @@ class SessionTypeOutput(Checked):
     class Meta:
         model = SessionType
         fields = ["id", "resource_group", "name", "priority", "preemptive", "preemptable", "preempts", "rank",
-                  "scope", "criteria", "default_class", "mode", "reason"]
+                  "rank_min", "rank_max", "scope", "criteria", "default_class", "mode", "max_preemptions_per_job", "reason"]
 
 
 class SessionTypeViewSet(AuditedViewSet):
@@ -140,7 +140,8 @@ class QuotaOutput(Checked):
     class Meta:
         model = Quota
         fields = ["id", "tenant", "max_nodes", "max_gpus", "max_concurrent_allocations", "max_preemption_class",
-                  "max_priority", "fair_share", "burst_allowance", "gpu_hours_budget", "reason"]
+                  "max_priority", "default_priority", "priority_changeable", "min_priority", "fair_share",
+                  "burst_allowance", "gpu_hours_budget", "reason"]
 
 
 class QuotaViewSet(AuditedViewSet):
@@ -161,8 +162,11 @@ class TenantOutput(serializers.ModelSerializer):
         model = Tenant
         fields = ["id", "name", "display_name", "quota", "members"]
 
-    def get_members(self, tenant: Tenant) -> list[dict[str, str]]:
-        return [{"user": m.user.get_username(), "role": m.role} for m in tenant.memberships.all()]
+    def get_members(self, tenant: Tenant) -> list[dict[str, Any]]:
+        """Each member with its priority policy in this tenant (null: the tenant's own)."""
+        return [{"user": m.user.get_username(), "role": m.role, "default_priority": m.default_priority,
+                 "priority_changeable": m.priority_changeable, "min_priority": m.min_priority,
+                 "max_priority": m.max_priority} for m in tenant.memberships.all()]
 
 
 class TenantViewSet(viewsets.ReadOnlyModelViewSet):

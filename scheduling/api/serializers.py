@@ -9,7 +9,7 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import serializers
 
-from scheduling.actions.admission import tenant_for
+from scheduling.actions.admission import priority_for, tenant_for
 from scheduling.errors import DomainError
 from scheduling.models import Allocation, AllocationEvent, ResourceGroup, SessionType, VCluster
 from scheduling.models.allocations import RESOURCES, Checkpoint, RequeuePolicy
@@ -53,7 +53,9 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
     nodes = serializers.IntegerField(min_value=1, max_value=10_000, default=1)
     per_node = serializers.DictField(child=serializers.IntegerField(min_value=0, max_value=1_000_000))
     preemption_class = serializers.IntegerField(min_value=0, max_value=10, required=False)
-    priority = serializers.IntegerField(min_value=0, max_value=100, default=10)
+    priority = serializers.IntegerField(
+        min_value=0, max_value=100, required=False, allow_null=True, default=None,
+        help_text="Omitted: the default of the tenant's (or the user's) priority policy.")
     checkpoint = serializers.ChoiceField(choices=Checkpoint.choices, default=Checkpoint.NONE)
     checkpoint_minutes = serializers.FloatField(min_value=0, max_value=1440, default=5)
     walltime_minutes = serializers.FloatField(min_value=0.01, required=False, allow_null=True, default=None)
@@ -65,6 +67,10 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
     constraints = ConstraintsField(required=False)
     value = serializers.FloatField(min_value=0, required=False, allow_null=True, default=None)
     preemptive = serializers.BooleanField(default=True)
+    rank = serializers.IntegerField(
+        min_value=1, max_value=10000, required=False, allow_null=True, default=None,
+        help_text="Its own preemption rank (rank kind), within its session type's rank_min..rank_max; "
+                  "omitted: the type's rank.")
     command = serializers.ListField(child=serializers.CharField(max_length=4096), max_length=256, default=list)
     env = serializers.DictField(child=serializers.CharField(max_length=4096, allow_blank=True), default=dict)
     requeue_policy = serializers.ChoiceField(choices=RequeuePolicy.choices, default=RequeuePolicy.ON_NODE_FAILURE)
@@ -97,12 +103,18 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
                 errors["session_type"] = f"no session type {attrs['session_type']!r} in {group.name}"
         klass = attrs.get("preemption_class", st.default_class if st is not None else 0)
         quota = getattr(tenant, "quota", None)
-        if quota is not None:
-            if klass > quota.max_preemption_class:
-                errors["preemption_class"] = (f"{klass} is above the tenant's max_preemption_class "
-                                              f"{quota.max_preemption_class}")
-            if attrs["priority"] > quota.max_priority:
-                errors["priority"] = f"{attrs['priority']} is above the tenant's max_priority {quota.max_priority}"
+        if quota is not None and klass > quota.max_preemption_class:
+            errors["preemption_class"] = (f"{klass} is above the tenant's max_preemption_class "
+                                          f"{quota.max_preemption_class}")
+        try:
+            attrs["priority"] = priority_for(tenant, user, attrs.get("priority"))
+        except DomainError as exc:
+            errors["priority"] = exc.message
+        if attrs.get("rank") is not None:
+            low, high = st.rank_range() if st is not None else (1, 1)
+            if not low <= attrs["rank"] <= high:
+                where = f"session type {st.name}" if st is not None else "work without a session type"
+                errors["rank"] = f"{attrs['rank']} is outside the ranks {low}..{high} allowed for {where}"
         if attrs["sensitive"] and not (vc is not None and vc.type == "sensitive") and klass != 10:
             errors["sensitive"] = "sensitive work runs at class 10 or in a sensitive vCluster"
         if errors:
@@ -122,7 +134,7 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
             "checkpoint_minutes": d["checkpoint_minutes"], "walltime_minutes": d["walltime_minutes"],
             "sensitive": d["sensitive"], "preemptible": d["preemptible"], "exclusive": d["exclusive"],
             "forced": d["forced"], "backfill": d["backfill"], "constraints": constraints, "value": d["value"],
-            "preemptive": d["preemptive"], "command": d["command"], "env": d["env"],
+            "preemptive": d["preemptive"], "rank": d.get("rank"), "command": d["command"], "env": d["env"],
             "requeue_policy": d["requeue_policy"], "max_requeue": d["max_requeue"],
         }
 
@@ -141,7 +153,7 @@ class AllocationOutput(serializers.ModelSerializer):
         fields = ["id", "name", "tenant", "user", "resource_group", "vcluster", "session_type", "state", "nodes",
                   "per_node", "preemption_class", "priority", "checkpoint", "checkpoint_minutes",
                   "walltime_minutes", "sensitive", "preemptible", "exclusive", "constraints", "value",
-                  "preemptive", "command", "env", "requeue_policy", "max_requeue", "requeue_count",
+                  "preemptive", "rank", "command", "env", "requeue_policy", "max_requeue", "requeue_count",
                   "preempted_count", "resume_from_checkpoint", "protected_until", "submitted_at", "started_at",
                   "ended_at", "exit_code"]
         read_only_fields = fields

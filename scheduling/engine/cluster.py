@@ -115,6 +115,9 @@ class Cluster:
         self.st_prio: IArr = np.array([s.priority for s in all_st], dtype=np.int64)
         self.st_rank: IArr = np.array([s.rank for s in all_st], dtype=np.int64)
         self.st_preemptable: BArr = np.array([s.preemptable for s in all_st], dtype=bool)
+        # -1: the type sets no max_preemptions_per_job (the policy's applies)
+        self.st_maxp: IArr = np.array([-1 if s.max_preemptions_per_job is None else s.max_preemptions_per_job
+                                       for s in all_st], dtype=np.int64)
 
         self.user_index: dict[str | None, int] = {}
         self._init_slots(max(16, len(running)), n_res)
@@ -170,6 +173,7 @@ class Cluster:
         self.a_user = np.zeros(size, dtype=np.int64)
         self.a_vc = np.full(size, NO_VC, dtype=np.int64)
         self.a_st = np.zeros(size, dtype=np.int64)
+        self.a_rank = np.zeros(size, dtype=np.int64)  # its own rank, else its session type's
         self.a_held = np.zeros((size, n_res))
         self.a_nnodes = np.zeros(size, dtype=np.int64)
         self.a_first_gpu = np.zeros(size)
@@ -179,7 +183,7 @@ class Cluster:
 
     _SLOT_ARRAYS = ("alive", "a_ids", "a_idkey", "a_class", "a_prio", "a_running", "a_start", "a_wall", "a_ckpt",
                     "a_ckpt_min", "a_last_ckpt", "a_sens", "a_prot", "a_preemptible", "a_jobtypes",
-                    "a_pcount", "a_tenant", "a_user", "a_vc", "a_st", "a_held", "a_nnodes", "a_first_gpu",
+                    "a_pcount", "a_tenant", "a_user", "a_vc", "a_st", "a_rank", "a_held", "a_nnodes", "a_first_gpu",
                     "a_on_borrowed", "a_borrow_home")
     _FILL = {"a_start": np.nan, "a_wall": np.nan, "a_last_ckpt": np.nan, "a_prot": -np.inf,
              "a_vc": NO_VC, "a_borrow_home": NO_VC, "a_idkey": NO_KEY}
@@ -270,6 +274,7 @@ class Cluster:
         self.a_user[slot] = self._user(alloc.user)
         self.a_vc[slot] = vc
         self.a_st[slot] = self.st_index.get(alloc.session_type or "", self.st_default)
+        self.a_rank[slot] = alloc.rank if alloc.rank is not None else self.st_rank[self.a_st[slot]]
         names = sorted(alloc.placement)
         first = alloc.placement[names[0]].get("gpu", 0.0) if names else 0.0
         self.a_first_gpu[slot] = first or 1.0

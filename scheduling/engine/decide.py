@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .cluster import EPS, BArr, Cluster, IArr
+from .cluster import EPS, BArr, Cluster, FArr, IArr
 from .eligibility import CODES, Gates, Judged, judge
 from .explain import explain
 from .model import Allocation, Policy, Scenario, effective_mode, victim_action
@@ -23,7 +23,7 @@ from .placement import RequestView
 from .select import Selection
 from .select_cost import select_class_cost
 from .select_priority import select_priority
-from .select_walk import ordered_greedy, rank_takes
+from .select_walk import fewest_victims, ordered_greedy, rank_takes
 
 KIND_REASON = {"class_cost": "priority", "priority": "priority", "queue": "priority",
                "rank": "fair_share", "fair_share": "fair_share"}
@@ -160,6 +160,8 @@ def _walk_positions(cluster: Cluster, policy: Policy, gates: Gates, now: float) 
                     pref[cluster.st_index[queue]] = value
             if policy.preempt_for == "least_run_time":
                 third = now - start
+            elif policy.preempt_for in ("mini_job", "optimal_mini_job"):
+                third = -_sizes(cluster, n)  # the largest first: enough room from as few jobs as can be
             else:
                 live = cluster.live_entries()
                 third = np.full(n, np.inf)
@@ -169,7 +171,7 @@ def _walk_positions(cluster: Cluster, policy: Policy, gates: Gates, now: float) 
             tenant = cluster.a_tenant[:n]
             over = (cluster.tenant_shares() - cluster.t_fair)[tenant]
             crit = -start if mine.criteria == "most_recent_task" else -over
-            order = np.lexsort((rank, now - start, crit, cluster.st_rank[st]))
+            order = np.lexsort((rank, now - start, crit, cluster.a_rank[:n]))
         else:
             order = np.lexsort((rank, -start))
         pos = np.empty(n, dtype=np.int64)
@@ -179,6 +181,15 @@ def _walk_positions(cluster: Cluster, policy: Policy, gates: Gates, now: float) 
         return pos, order.astype(np.int64), entry_order
 
     result: tuple[IArr, IArr, IArr] = cluster.cached(key, build)
+    return result
+
+
+def _sizes(cluster: Cluster, n: int) -> FArr:
+    """Each slot's dominant share of the group: what it frees if taken."""
+    mask = cluster.total > 0
+    if not mask.any():
+        return np.zeros(n)
+    result: FArr = np.max(cluster.a_held[:n][:, mask] / cluster.total[mask], axis=1)
     return result
 
 
@@ -197,7 +208,10 @@ def _select(cluster: Cluster, view: RequestView, policy: Policy, req: Allocation
     if kind == "rank":
         exempt = judged.reclaim if policy.reclaim_rule == "any" else np.zeros_like(judged.reclaim)
         return ordered_greedy(view, pool, walk, bound, rank_takes(cluster, exempt))
-    return ordered_greedy(view, pool, walk, bound)
+    walked = ordered_greedy(view, pool, walk, bound)
+    if policy.preempt_for == "optimal_mini_job":
+        return fewest_victims(view, pool, walk, bound, walked)
+    return walked
 
 
 def _wait_gate(view: RequestView, policy: Policy, req: Allocation, gates: Gates) -> str | None:
@@ -207,6 +221,8 @@ def _wait_gate(view: RequestView, policy: Policy, req: Allocation, gates: Gates)
         return "PREEMPTION_PAUSED"
     if not req.preemptive or (policy.kind == "rank" and not gates.session_type.preemptive):
         return "NOT_PREEMPTIVE"
+    if policy.kind == "queue" and req.exclusive and "exclusive" not in policy.preempt_jobtypes:
+        return "EXCLUSIVE_NOT_PREEMPTIVE"
     if policy.kind == "fair_share" and not gates.starving:
         return "NOT_STARVING"
     if policy.kind == "fair_share" and gates.backoff:

@@ -21,7 +21,7 @@ CODES = [
     "", "NOT_RUNNING", "SENSITIVE", "PROTECTED", "NOT_PREEMPTIBLE", "SERVICE_HOME", "NEAR_COMPLETION",
     "NO_CHECKPOINT_HIGH_CLASS", "MIN_RUNTIME", "MAX_PREEMPTIONS", "CLASS_NOT_LOWER", "PRIORITY_NOT_LOWER",
     "ABOVE_PREEMPTIBLE_PRIORITY", "OUT_OF_SCOPE", "QUEUE_NOT_LOWER", "QUEUE_NOT_PREEMPTABLE",
-    "EXEMPT_JOBTYPE", "NO_PREEMPT_RUN_TIME", "NO_PREEMPT_FINISH_TIME", "RANK_NOT_LOWER",
+    "EXEMPT_JOBTYPE", "NO_PREEMPT_RUN_TIME", "NO_PREEMPT_FINISH_TIME", "NO_PREEMPT_INTERVAL", "RANK_NOT_LOWER",
     "NOT_OVER_ALLOCATED", "WITHIN_FAIR_SHARE", "AGGRESSIVE_ONLY", "NOT_ON_USABLE_NODE",
 ]
 CODE = {name: i for i, name in enumerate(CODES)}
@@ -89,8 +89,7 @@ def protections(cluster: Cluster, policy: Policy, now: float, sensitive_request:
             _assign(codes, remaining <= policy.near_completion_minutes * MINUTE + EPS, "NEAR_COMPLETION")
             _assign(codes, (cluster.a_ckpt[:n] == 2) & (cluster.a_class[:n] >= 7), "NO_CHECKPOINT_HIGH_CLASS")
             _assign(codes, elapsed < policy.min_runtime_minutes * MINUTE - EPS, "MIN_RUNTIME")
-            if policy.max_preemptions_per_job is not None:
-                _assign(codes, cluster.a_pcount[:n] >= policy.max_preemptions_per_job, "MAX_PREEMPTIONS")
+            _assign(codes, cluster.a_pcount[:n] >= _max_preemptions(cluster, policy, n), "MAX_PREEMPTIONS")
         return codes
 
     key = ("protections", now, policy.near_completion_minutes, policy.min_runtime_minutes,
@@ -98,6 +97,15 @@ def protections(cluster: Cluster, policy: Policy, now: float, sensitive_request:
     n = cluster.slots
     rest: IArr = cluster.cached(key, build)
     result: IArr = np.where(cluster.alive[:n] & ~cluster.a_running[:n], CODE["NOT_RUNNING"], rest)
+    return result
+
+
+def _max_preemptions(cluster: Cluster, policy: Policy, n: int) -> FArr:
+    """Per slot: how many preemptions it may have had and still be taken; its session type's
+    ``max_preemptions_per_job`` when set, else the policy's (none: unbounded)."""
+    own = cluster.st_maxp[cluster.a_st[:n]]
+    default = np.inf if policy.max_preemptions_per_job is None else float(policy.max_preemptions_per_job)
+    result: FArr = np.where(own >= 0, own.astype(float), default)
     return result
 
 
@@ -181,6 +189,9 @@ def _kind_codes(cluster: Cluster, codes: IArr, policy: Policy, req: Allocation, 
         if policy.no_preempt_finish_minutes is not None:
             _assign(codes, has_wall & (remaining <= policy.no_preempt_finish_minutes * MINUTE + EPS),
                     "NO_PREEMPT_FINISH_TIME")
+        if policy.no_preempt_interval_minutes is not None:
+            # started_at is the latest start or resume: a requeued victim starts afresh.
+            _assign(codes, elapsed < policy.no_preempt_interval_minutes * MINUTE - EPS, "NO_PREEMPT_INTERVAL")
     elif kind == "rank":
         tenant = cluster.a_tenant[:n]
         shares = cluster.tenant_shares()
@@ -188,9 +199,10 @@ def _kind_codes(cluster: Cluster, codes: IArr, policy: Policy, req: Allocation, 
         _assign(codes, ~(shares[tenant] > fair[tenant] + EPS), "NOT_OVER_ALLOCATED")
         after: FArr = cluster.cached("share_after", lambda: _share_after(cluster, tenant, cluster.a_held[:n]))
         _assign(codes, after < fair[tenant] - EPS, "NOT_OVER_ALLOCATED")
-        ranks = cluster.st_rank[cluster.a_st[:n]]
+        ranks = cluster.a_rank[:n]
         mine = gates.session_type
-        ok = (ranks < mine.rank) | ((ranks == mine.rank) if mine.scope == "lower_or_equal" else False)
+        own = req.rank if req.rank is not None else mine.rank
+        ok = (ranks < own) | ((ranks == own) if mine.scope == "lower_or_equal" else False)
         _assign(codes, ~ok, "RANK_NOT_LOWER")
     else:
         bands = fair_share_bands(cluster, policy, now)

@@ -27,6 +27,8 @@ WAIT_TEXT = {
     "PREEMPTION_DISABLED": "preemption is disabled in this resource group, so it waits for capacity to free up",
     "PREEMPTION_PAUSED": "an operator has paused preemption in this resource group, so it waits for capacity to free up",
     "NOT_PREEMPTIVE": "it is not allowed to preempt other work, so it waits for capacity to free up",
+    "EXCLUSIVE_NOT_PREEMPTIVE": ("it asks for whole nodes (exclusive), and this group's policy does not let "
+                                 "exclusive jobs preempt, so it waits for nodes to empty"),
     "NOT_STARVING": "its tenant has not been below its fair share long enough to preempt others",
     "PREEMPTION_BACKOFF": "this resource group started work by preemption moments ago and waits a few "
                           "seconds between such starts; it is tried again then",

@@ -20,7 +20,7 @@ RUNNING_STATES = ("running", "checkpointing", "terminating")
 CHECKPOINT_KINDS = ("auto", "manual", "none")
 VICTIM_SCOPES = ("user", "tenant", "vcluster", "resource_group")
 PREEMPTION_ORDERS = ("newest", "oldest")
-PREEMPT_FOR = ("least_loaded", "least_run_time")
+PREEMPT_FOR = ("least_loaded", "least_run_time", "mini_job", "optimal_mini_job")
 JOB_TYPES = ("exclusive", "forced", "backfill")
 SCOPES = ("lower", "lower_or_equal")
 CRITERIA = ("most_over_allocated", "most_recent_task")
@@ -48,6 +48,8 @@ class Policy:
     preempt_for: str | None = None
     no_preempt_run_minutes: float | None = None
     no_preempt_finish_minutes: float | None = None
+    # queue: a job started or resumed less than this many minutes ago is not preempted (again).
+    no_preempt_interval_minutes: float | None = None
     tolerance: float = 0.8
     starvation_timeout_s: float = 30
     aggressive_starvation_timeout_s: float = 120
@@ -96,6 +98,8 @@ class SessionType:
     criteria: str = "most_over_allocated"
     # What happens to this type's work when it is preempted; None: the group policy's mode.
     mode: str | None = None
+    # Overrides the policy's max_preemptions_per_job for this type's work (LSF: application > queue).
+    max_preemptions_per_job: int | None = None
 
 
 DEFAULT_SESSION_TYPE = SessionType(name="")
@@ -146,6 +150,8 @@ class Allocation:
     protected_until: float | None = None
     preempted_count: int = 0
     state: str = "running"
+    # rank: its own preemption rank within its session type's range; None: the type's rank.
+    rank: int | None = None
     placement: dict[str, Resources] = field(default_factory=dict)
     # pending-only fields
     nodes: int = 1

@@ -81,6 +81,7 @@ def read_policy(errors: _Errors, path: str, obj: Any) -> Policy:
         preempt_for=r.string("preempt_for", None, choices=PREEMPT_FOR),
         no_preempt_run_minutes=r.number("no_preempt_run_minutes", None, nullable=True),
         no_preempt_finish_minutes=r.number("no_preempt_finish_minutes", None, nullable=True),
+        no_preempt_interval_minutes=r.number("no_preempt_interval_minutes", None, nullable=True),
         tolerance=r.number("tolerance", d.tolerance),
         starvation_timeout_s=r.number("starvation_timeout_s", d.starvation_timeout_s),
         aggressive_starvation_timeout_s=r.number("aggressive_starvation_timeout_s",
@@ -113,14 +114,14 @@ _TENANT_FIELDS = {"name", "fair_share", "burst_allowance", "below_fair_share_sin
 _VCLUSTER_FIELDS = {"name", "type", "allow_lending", "allow_borrowing", "max_borrow_pct",
                     "allow_aggressive_preemption"}
 _SESSION_FIELDS = {"name", "priority", "preemptive", "preemptable", "preempts", "rank", "scope",
-                   "criteria", "mode"}
+                   "criteria", "mode", "max_preemptions_per_job"}
 _NODE_FIELDS = {"name", "capacity", "labels", "vcluster", "borrowed_by", "state"}
 _ALLOC_FIELDS = {
     "id", "tenant", "user", "vcluster", "session_type", "preemption_class", "priority",
     "checkpoint", "checkpoint_minutes", "last_checkpoint_at", "submitted_at", "started_at",
     "walltime_minutes", "sensitive", "preemptible", "exclusive", "forced", "backfill",
     "protected_until", "preempted_count", "state", "placement", "nodes", "per_node",
-    "constraints", "value", "preemptive", "held_nodes",
+    "constraints", "value", "preemptive", "held_nodes", "rank",
 }
 _DOC_FIELDS = {"now", "policy", "tenants", "vclusters", "session_types", "nodes", "running",
                "pending", "last_preemption_at"}
@@ -219,6 +220,7 @@ def parse_scenario(doc: Any) -> Scenario:
             scope=r.string("scope", "lower_or_equal", nullable=False, choices=SCOPES),
             criteria=r.string("criteria", "most_over_allocated", nullable=False, choices=CRITERIA),
             mode=r.string("mode", None, choices=MODES),
+            max_preemptions_per_job=r.integer("max_preemptions_per_job", None, lo=0, nullable=True),
         )
 
     def node(path: str, raw: Any) -> Node | None:
@@ -320,6 +322,7 @@ def parse_scenario(doc: Any) -> Scenario:
             protected_until=r.time("protected_until"),
             preempted_count=r.integer("preempted_count", 0, lo=0),
             state=r.string("state", "running", nullable=False, choices=RUNNING_STATES),
+            rank=r.integer("rank", None, lo=1, hi=10000, nullable=True),
             placement=placement,
             nodes=r.integer("nodes", 1, lo=1),
             per_node=r.resources("per_node"),

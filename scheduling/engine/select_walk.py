@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import combinations
 
 import numpy as np
 
@@ -61,6 +62,33 @@ def ordered_greedy(view: RequestView, pool: BArr, walk: tuple[IArr, IArr, IArr],
     if bound is not None and len(kept) > bound:
         return Selection(None, "EXCEEDS_MAX_VICTIMS", reached)
     return Selection(kept, None, reached)
+
+
+FEWEST_TRIES = 20_000  # sets tried by fewest_victims before it keeps the walk's answer
+
+
+def fewest_victims(view: RequestView, pool: BArr, walk: tuple[IArr, IArr, IArr], bound: int | None,
+                   walked: Selection) -> Selection:
+    """queue with ``preempt_for: optimal_mini_job``: the fewest victims that make the request fit.
+    Sets are tried by size, each size in walk order (so a tie goes to the set whose victims come
+    first in the walk), up to one fewer than the walk needed (or the bound). Past FEWEST_TRIES sets
+    the walk's answer stands: it is feasible and minimal, only perhaps not the fewest."""
+    if walked.victims is None and walked.code != "EXCEEDS_MAX_VICTIMS":
+        return walked
+    _, order, _ = walk
+    items = [int(s) for s in order[pool[order]].tolist()]
+    ceiling = len(walked.victims) - 1 if walked.victims is not None else len(items)
+    if bound is not None:
+        ceiling = min(ceiling, bound)
+    tries = 0
+    for size in range(1, ceiling + 1):
+        for combo in combinations(items, size):
+            tries += 1
+            if tries > FEWEST_TRIES:
+                return walked
+            if view.feasible(combo):
+                return Selection(sorted(combo), None, walked.skipped)
+    return walked
 
 
 def _fit_positions(view: RequestView, ents: IArr, pos: IArr) -> IArr:

@@ -61,6 +61,8 @@ class Allocation(models.Model):
                                    help_text='{"labels": {"k": "v"}, "same": "switch"}')
     value = models.FloatField(null=True, blank=True)
     preemptive = models.BooleanField(default=True)
+    rank = models.PositiveIntegerField(null=True, blank=True,
+                                       help_text="Its own preemption rank (rank kind); blank: its session type's.")
 
     # -- how it runs
     command = models.JSONField(default=list, blank=True)

@@ -119,6 +119,14 @@ class SessionType(models.Model):
     mode = models.CharField(max_length=16, blank=True, default="",
                             choices=[("suspend", "suspend"), ("requeue", "requeue"), ("terminate", "terminate")],
                             help_text="Overrides the policy mode for this type's victims.")
+    max_preemptions_per_job = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Overrides the policy's max_preemptions_per_job for this type's work.")
+    rank_min = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(10000)],
+        help_text="Lowest rank a request of this type may ask for; blank: the type's rank.")
+    rank_max = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(10000)],
+        help_text="Highest rank a request of this type may ask for; blank: the type's rank.")
 
     class Meta:
         ordering = ["resource_group__name", "-rank", "name"]
@@ -131,7 +139,16 @@ class SessionType(models.Model):
     def __str__(self) -> str:
         return f"{self.resource_group.name}/{self.name}"
 
+    def rank_range(self) -> tuple[int, int]:
+        """The ranks a request of this type may carry (Symphony: set at session creation)."""
+        return (self.rank if self.rank_min is None else self.rank_min,
+                self.rank if self.rank_max is None else self.rank_max)
+
     def clean(self) -> None:
+        low, high = self.rank_range()
+        if self.rank is not None and not low <= self.rank <= high:
+            field = "rank_min" if low > self.rank else "rank_max"
+            raise ValidationError({field: f"the range {low}..{high} must include the type's rank {self.rank}"})
         entries = self.preempts if isinstance(self.preempts, list) else None
         if entries is None:
             raise ValidationError({"preempts": "must be a list"})

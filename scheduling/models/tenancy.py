@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import connection, models
 from django.db.models import Q
@@ -34,6 +35,14 @@ class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=8, choices=Role.choices, default=Role.MEMBER)
+    # This user's priority policy in this tenant; blank values take the tenant's (its Quota).
+    default_priority = models.PositiveSmallIntegerField(null=True, blank=True, validators=[MaxValueValidator(100)],
+                                                        help_text="Blank: the tenant's default priority.")
+    priority_changeable = models.BooleanField(default=True, help_text="May this user set a priority at all.")
+    min_priority = models.PositiveSmallIntegerField(null=True, blank=True, validators=[MaxValueValidator(100)],
+                                                    help_text="Blank: the tenant's minimum.")
+    max_priority = models.PositiveSmallIntegerField(null=True, blank=True, validators=[MaxValueValidator(100)],
+                                                    help_text="Blank: the tenant's maximum.")
 
     class Meta:
         constraints = [
@@ -43,6 +52,10 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.tenant} ({self.role})"
+
+    def clean(self) -> None:
+        if self.min_priority is not None and self.max_priority is not None and self.min_priority > self.max_priority:
+            raise ValidationError({"min_priority": f"must not be above max_priority {self.max_priority}"})
 
 
 class Quota(models.Model):
@@ -54,6 +67,11 @@ class Quota(models.Model):
     max_concurrent_allocations = models.PositiveIntegerField(default=50)
     max_preemption_class = models.PositiveSmallIntegerField(default=9, validators=[MaxValueValidator(10)])
     max_priority = models.PositiveSmallIntegerField(default=100, validators=[MaxValueValidator(100)])
+    # The tenant's priority policy (the project's resource policy): what a request gets when it names
+    # no priority, whether its users may name one, and from what range (min_priority..max_priority).
+    default_priority = models.PositiveSmallIntegerField(default=10, validators=[MaxValueValidator(100)])
+    priority_changeable = models.BooleanField(default=True)
+    min_priority = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(100)])
     fair_share = models.FloatField(default=0.0, validators=[MinValueValidator(0), MaxValueValidator(1)])
     burst_allowance = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
     gpu_hours_budget = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
@@ -62,6 +80,8 @@ class Quota(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(max_preemption_class__lte=10), name="quota_max_class_range"),
             models.CheckConstraint(condition=Q(max_priority__lte=100), name="quota_max_priority_range"),
+            models.CheckConstraint(condition=Q(default_priority__lte=100) & Q(min_priority__lte=100),
+                                   name="quota_priority_policy_range"),
             models.CheckConstraint(condition=Q(fair_share__gte=0) & Q(fair_share__lte=1), name="quota_fair_share_range"),
             models.CheckConstraint(condition=Q(burst_allowance__isnull=True) | Q(burst_allowance__gte=0),
                                    name="quota_burst_nonnegative"),
@@ -71,6 +91,12 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         return f"quota of {self.tenant}"
+
+    def clean(self) -> None:
+        if self.min_priority > self.max_priority:
+            raise ValidationError({"min_priority": f"must not be above max_priority {self.max_priority}"})
+        if not self.min_priority <= self.default_priority <= self.max_priority:
+            raise ValidationError({"default_priority": f"must be within {self.min_priority}..{self.max_priority}"})
 
 
 class TenantShare(models.Model):

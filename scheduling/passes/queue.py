@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import Case, FloatField, IntegerField, Max, Value, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from scheduling.models import Allocation, PreemptionDecision, ResourceGroup
@@ -13,11 +14,12 @@ from scheduling.passes.holds import holds_of
 from scheduling.passes.snapshot import ALLOCATION_FIELDS
 from scheduling.states import State
 
-QUEUE_ORDER = {
+QUEUE_ORDER: dict[str, list[Any]] = {
     "class_cost": ["-preemption_class", "-priority", "submitted_at", "id"],
     "priority": ["-priority", "submitted_at", "id"],
     "queue": ["-session_type__priority", "-priority", "submitted_at", "id"],
-    "rank": ["-session_type__rank", "submitted_at", "id"],
+    # a request's own rank when it carries one (Symphony), else its session type's
+    "rank": [Coalesce("rank", "session_type__rank").desc(), "submitted_at", "id"],
     # Starving tenants first, then the furthest below their fair share (see _by_deficit).
     "fair_share": ["fs_starving", "-fs_deficit", "submitted_at", "id"],
 }

@@ -67,7 +67,7 @@ def engine_allocation(row: dict[str, Any], placement: dict[str, dict[str, float]
         per_node={r: float(row[f"per_node_{r}"]) for r in RES if row[f"per_node_{r}"]},
         labels=dict((row["constraints"] or {}).get("labels") or {}),
         same=(row["constraints"] or {}).get("same"), value=row["value"], preemptive=row["preemptive"],
-        held_nodes=tuple(sorted(held)),
+        held_nodes=tuple(sorted(held)), rank=row["rank"],
     )
 
 
@@ -76,7 +76,7 @@ ALLOCATION_FIELDS = (
     "priority", "checkpoint", "checkpoint_minutes", "last_checkpoint_at", "submitted_at", "started_at",
     "walltime_minutes", "sensitive", "preemptible", "exclusive", "forced", "backfill", "protected_until",
     "preempted_count", "state", "node_count", "per_node_gpu", "per_node_cpu", "per_node_memory",
-    "constraints", "value", "preemptive",
+    "constraints", "value", "preemptive", "rank",
 )
 
 
@@ -176,4 +176,5 @@ def session_type_of(st: SessionType) -> em.SessionType:
             preempts.append(em.Preempts(queue=entry["queue"], pref=int(entry.get("pref", 0))))
     return em.SessionType(name=st.name, priority=st.priority, preemptive=st.preemptive,
                           preemptable=st.preemptable, preempts=tuple(preempts), rank=st.rank, scope=st.scope,
-                          criteria=st.criteria, mode=st.mode or None)
+                          criteria=st.criteria, mode=st.mode or None,
+                          max_preemptions_per_job=st.max_preemptions_per_job)

@@ -131,8 +131,8 @@ class VClusterForm(ReasonedForm):
 class SessionTypeForm(ReasonedForm):
     class Meta:
         model = SessionType
-        fields = ["priority", "preemptive", "preemptable", "preempts", "rank", "scope", "criteria",
-                  "default_class", "mode"]
+        fields = ["priority", "preemptive", "preemptable", "preempts", "rank", "rank_min", "rank_max", "scope",
+                  "criteria", "default_class", "mode", "max_preemptions_per_job"]
 
 
 CONFIG_FORMS: dict[str, tuple[type[VCluster] | type[SessionType], type[ReasonedForm]]] = {

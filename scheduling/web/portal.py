@@ -95,7 +95,10 @@ class SubmitForm(forms.Form):
     nodes = forms.IntegerField(min_value=1, initial=1)
     gpus_per_node = forms.IntegerField(min_value=0, initial=8, label="GPUs per node")
     preemption_class = forms.IntegerField(min_value=0, max_value=10, initial=3)
-    priority = forms.IntegerField(min_value=0, max_value=100, initial=10)
+    priority = forms.IntegerField(min_value=0, max_value=100, required=False,
+                                  help_text="Blank: your tenant's default priority.")
+    rank = forms.IntegerField(min_value=1, max_value=10000, required=False,
+                              help_text="Blank: the session type's rank.")
     checkpoint = forms.ChoiceField(choices=[("auto", "auto"), ("manual", "manual"), ("none", "none")])
     walltime_minutes = forms.FloatField(required=False, min_value=0.01)
     command = forms.CharField(required=False, help_text="space-separated")
@@ -117,10 +120,10 @@ class SubmitForm(forms.Form):
         d = self.cleaned_data
         out = {"resource_group": d["resource_group"].name, "nodes": d["nodes"],
                "per_node": {"gpu": d["gpus_per_node"]}, "preemption_class": d["preemption_class"],
-               "priority": d["priority"], "checkpoint": d["checkpoint"],
+               "checkpoint": d["checkpoint"],
                "walltime_minutes": d["walltime_minutes"], "command": (d["command"] or "").split()}
-        for key in ("vcluster", "session_type"):
-            if d[key]:
+        for key in ("vcluster", "session_type", "priority", "rank"):
+            if d[key] not in (None, ""):
                 out[key] = d[key]
         return out
 

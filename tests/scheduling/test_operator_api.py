@@ -61,7 +61,9 @@ def test_operators_read_every_configuration_list(ops, tenant_physics, resource_g
     for path in READS:
         assert ops.get(path).status_code == 200, path
     tenant = ops.get("/api/v1/tenants/physics/").json()
-    assert tenant["quota"]["max_nodes"] == 8 and tenant["members"] == [{"user": "alice", "role": "member"}]
+    assert tenant["quota"]["max_nodes"] == 8 and tenant["members"] == [
+        {"user": "alice", "role": "member", "default_priority": None, "priority_changeable": True,
+         "min_priority": None, "max_priority": None}]
 
 
 def test_a_policy_change_needs_a_valid_policy_and_a_reason_and_is_audited(ops, resource_group):
