@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 import orjson
 
 MAX_FRAME_BYTES = 64 * 1024
+# Admission keeps a start frame (its command and env as submitted) within half the frame limit.
+MAX_START_FRAME_BYTES = MAX_FRAME_BYTES // 2
 EXIT_REASONS = ("completed", "failed", "terminated", "killed")
 
 

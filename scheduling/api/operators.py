@@ -109,7 +109,8 @@ class SessionTypeOutput(Checked):
     class Meta:
         model = SessionType
         fields = ["id", "resource_group", "name", "priority", "preemptive", "preemptable", "preempts", "rank",
-                  "scope", "criteria", "default_class", "mode"]
+                  "scope", "criteria", "default_class", "mode", "non_preemptible", "exclusive", "forced",
+                  "backfill"]
 
 
 class SessionTypeViewSet(AuditedViewSet):
@@ -123,7 +124,8 @@ class QuotaOutput(Checked):
     class Meta:
         model = Quota
         fields = ["id", "tenant", "max_nodes", "max_gpus", "max_concurrent_allocations", "max_preemption_class",
-                  "max_priority", "fair_share", "burst_allowance", "gpu_hours_budget"]
+                  "max_priority", "fair_share", "burst_allowance", "gpu_hours_budget", "allow_non_preemptible",
+                  "allow_exclusive", "allow_forced", "allow_backfill"]
 
 
 class QuotaViewSet(AuditedViewSet):

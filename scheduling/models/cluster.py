@@ -116,6 +116,12 @@ class SessionType(models.Model):
     mode = models.CharField(max_length=16, blank=True, default="",
                             choices=[("suspend", "suspend"), ("requeue", "requeue"), ("terminate", "terminate")],
                             help_text="Overrides the policy mode for this type's victims.")
+    # Job types that shield work from preemption; its submissions carry them (a tenant may set them
+    # otherwise only with its quota's allowance).
+    non_preemptible = models.BooleanField(default=False, help_text="Its work is never a victim (preemptible: false).")
+    exclusive = models.BooleanField(default=False, help_text="Its work is an exclusive job.")
+    forced = models.BooleanField(default=False, help_text="Its work is a forced job.")
+    backfill = models.BooleanField(default=False, help_text="Its work is a backfill job.")
 
     class Meta:
         ordering = ["resource_group__name", "-rank", "name"]

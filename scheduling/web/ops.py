@@ -128,7 +128,7 @@ class SessionTypeForm(ReasonedForm):
     class Meta:
         model = SessionType
         fields = ["priority", "preemptive", "preemptable", "preempts", "rank", "scope", "criteria",
-                  "default_class", "mode"]
+                  "default_class", "mode", "non_preemptible", "exclusive", "forced", "backfill"]
 
 
 CONFIG_FORMS: dict[str, tuple[type[VCluster] | type[SessionType], type[ReasonedForm]]] = {

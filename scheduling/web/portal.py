@@ -96,7 +96,8 @@ class SubmitForm(forms.Form):
     gpus_per_node = forms.IntegerField(min_value=0, initial=8, label="GPUs per node")
     preemption_class = forms.IntegerField(min_value=0, max_value=10, initial=3)
     priority = forms.IntegerField(min_value=0, max_value=100, initial=10)
-    checkpoint = forms.ChoiceField(choices=[("auto", "auto"), ("manual", "manual"), ("none", "none")])
+    checkpoint = forms.ChoiceField(choices=[("auto", "auto"), ("manual", "manual"), ("none", "none")],
+                                   initial="none")
     walltime_minutes = forms.FloatField(required=False, min_value=0.01)
     command = forms.CharField(required=False, help_text="space-separated")
 
@@ -139,7 +140,8 @@ def submit(request: HttpRequest) -> HttpResponse:
     errors: dict[str, Any] = {}
     form = SubmitForm(request.POST or None, tenants=tenant_ids(request.user))
     if request.method == "POST" and form.is_valid():
-        data = AllocationInput(data=form.payload(), context={"request": request})
+        data = AllocationInput(data=form.payload(), context={
+            "request": request, "what_if": request.POST.get("action") == "whatif"})
         if not data.is_valid():
             errors = data.errors
         elif request.POST.get("action") == "whatif":
