@@ -33,15 +33,19 @@ from nodes.protocol import (
     encode,
     is_allocation_id,
 )
-from scheduling.actions.allocations import allocation_transition
-from scheduling.actions.lifecycle import allocation_exited, requeue_failed
+from scheduling.actions.lifecycle import (
+    allocation_exited,
+    stopped_failed,
+    victim_failed,
+    victim_stopping,
+)
 from scheduling.actions.policies import policy_change_record
 from scheduling.actions.preemption import (
     allocation_checkpoint_done,
     allocation_checkpoint_progress,
     allocation_defer,
 )
-from scheduling.actions.release import allocation_release, give_back_borrowed
+from scheduling.actions.release import give_back_borrowed
 from scheduling.actions.starts import start_frame
 from scheduling.dispatch import agent_revoked_on_commit, event_on_commit
 from scheduling.errors import InvalidTransition
@@ -149,7 +153,7 @@ def _lost_at_hello(node: Node, alloc: Allocation, now: datetime) -> None:
     for _ in range(2):
         try:
             with transaction.atomic():
-                allocation_lost(allocation=alloc, reason=reason, now=now)
+                allocation_lost(allocation=alloc, reason=reason, now=now, node=node)
             return
         except InvalidTransition:
             alloc.refresh_from_db()
@@ -212,15 +216,24 @@ def _placed_here(node: Node, alloc_id: str) -> Allocation:
 
 # -- liveness and node operations -------------------------------------------------------------
 
-def allocation_lost(*, allocation: Allocation, reason: str, now: datetime) -> None:
-    """Work a node lost: failed, and a fresh copy requeued when its policy allows."""
-    if allocation.state in FINAL:
+def allocation_lost(*, allocation: Allocation, reason: str, now: datetime, node: Node | None = None) -> None:
+    """Work ``node`` lost: failed, and a fresh copy requeued when its policy allows. Where it
+    still runs on other nodes (whose agents are alive), it is killed there and keeps those nodes
+    until its exit is reported or the grace passes: only then may anyone start on them."""
+    if allocation.state not in HOLDING:
         return
-    allocation_transition(allocation=allocation, to=State.FAILED, reason=reason[:255], now=now,
-                          fields={"ended_at": now})
-    allocation_release(allocation=allocation)
-    if allocation.requeue_policy in ("on_node_failure", "always"):
-        requeue_failed(allocation)
+    elsewhere = [] if node is None else list(
+        Placement.objects.filter(allocation=allocation, kind="assigned").exclude(node=node)
+        .exclude(node__state=NodeState.DOWN).values_list("node_id", flat=True))
+    if elsewhere:
+        assert node is not None
+        Placement.objects.filter(allocation=allocation, node=node).delete()
+        give_back_borrowed([node.pk])
+        victim_stopping(allocation, allocation.fail_reason or reason, now, command="kill")
+    elif allocation.fail_reason:  # already stopping for a failure, and now gone: declared lost
+        stopped_failed(allocation, reason, now)
+    else:
+        victim_failed(allocation, reason, now, node_failure=True)
     event_on_commit("allocation.state", {"allocation": allocation.pk, "state": allocation.state},
                     allocation.tenant_id)
 
@@ -254,7 +267,7 @@ def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, int]:
 
 def _node_work_lost(node: Node, moment: datetime) -> None:
     for p in Placement.objects.filter(node=node, kind="assigned").select_related("allocation"):
-        allocation_lost(allocation=p.allocation, reason=lost_node_down(node.name), now=moment)
+        allocation_lost(allocation=p.allocation, reason=lost_node_down(node.name), now=moment, node=node)
     Placement.objects.filter(node=node, kind="held").delete()
     give_back_borrowed([node.pk])
 

@@ -19,6 +19,8 @@ import orjson
 MAX_FRAME_BYTES = 64 * 1024
 MAX_ID_CHARS = 128  # ProcessedFrame.frame_id
 MAX_ALLOCATION_ID = 2**63 - 1
+# Admission keeps a start frame (its command and env as submitted) within half the frame limit.
+MAX_START_FRAME_BYTES = MAX_FRAME_BYTES // 2
 EXIT_REASONS = ("completed", "failed", "terminated", "killed")
 
 

@@ -198,7 +198,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--memory", type=int, help="per node")
     s.add_argument("--class", dest="klass", type=int, help="preemption class 0..10")
     s.add_argument("--priority", type=int)
-    s.add_argument("--checkpoint", choices=["auto", "manual", "none"])
+    s.add_argument("--checkpoint", choices=["auto", "manual", "none"],
+                   help="default: none (the server's default, as on the web form)")
     s.add_argument("--walltime", type=float, help="minutes")
     s.add_argument("--name")
     s.add_argument("--what-if", action="store_true", help="print the decision it would get now; store nothing")

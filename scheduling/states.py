@@ -21,7 +21,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     State.PENDING: frozenset({State.RUNNING, State.CANCELLED, State.FAILED}),
     State.RUNNING: frozenset({State.CHECKPOINTING, State.TERMINATING, State.COMPLETED, State.FAILED,
                               State.CANCELLED}),
-    State.CHECKPOINTING: frozenset({State.SUSPENDED, State.FAILED, State.CANCELLED}),
+    State.CHECKPOINTING: frozenset({State.SUSPENDED, State.TERMINATING, State.FAILED, State.CANCELLED}),
     State.TERMINATING: frozenset({State.PENDING, State.PREEMPTED, State.FAILED}),
     State.SUSPENDED: frozenset({State.PENDING, State.CANCELLED}),
     State.COMPLETED: frozenset(),

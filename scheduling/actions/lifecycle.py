@@ -13,14 +13,17 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from nodes.protocol import TERMINATE_GRACE_S
 from scheduling.actions.allocations import allocation_transition
-from scheduling.actions.release import allocation_release, give_back_borrowed
+from scheduling.actions.release import allocation_release, allocation_signal, give_back_borrowed
 from scheduling.dispatch import DEADLINES, event_on_commit, task_on_commit
 from scheduling.engine.model import effective_mode
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.states import FINAL, HOLDING, State
 
 HOLD_MARGIN_S = 60
+# How long a terminating allocation has to report its exit before it is killed and counted gone.
+LEAVE_GRACE_S = TERMINATE_GRACE_S + 5
 
 
 def mode_of(alloc: Allocation) -> str:
@@ -58,7 +61,9 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
             return alloc
         mode = mode_of(alloc)
         fields = {"exit_code": exit_code}
-        if alloc.state == State.TERMINATING:
+        if alloc.state == State.TERMINATING and alloc.fail_reason:
+            stopped_failed(alloc, f"exited: {reason} ({exit_code})", moment, fields=fields)
+        elif alloc.state == State.TERMINATING:
             if mode == "terminate":
                 allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="preempted (terminate mode)",
                                       now=moment, fields={**fields, "ended_at": moment})
@@ -81,15 +86,43 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
 
 
 def victim_failed(alloc: Allocation, reason: str, moment: datetime, *, command: str | None = None,
-                   fields: dict[str, Any] | None = None) -> None:
-    """A checkpoint that failed, timed out or died with its process: the victim ends failed, not
-    suspended, and is requeued if its policy allows (the reason starts with "checkpoint", which
-    the failed-checkpoint metric counts)."""
+                   fields: dict[str, Any] | None = None, node_failure: bool = False) -> None:
+    """Work that ends failed now, its process gone (it exited, or its node was lost): its nodes
+    are released and it is requeued if its policy allows (``always``; ``on_node_failure`` too when
+    a node failure ended it). A checkpoint's failure has a reason starting with "checkpoint",
+    which the failed-checkpoint metric counts."""
     allocation_transition(allocation=alloc, to=State.FAILED, reason=reason[:255], now=moment,
-                          fields={**(fields or {}), "ended_at": moment})
+                          fields={**(fields or {}), "ended_at": moment, "deadline_at": None})
     allocation_release(allocation=alloc, command=command)
-    if alloc.requeue_policy == "always":
+    if alloc.requeue_policy == "always" or (node_failure and alloc.requeue_policy == "on_node_failure"):
         requeue_failed(alloc)
+
+
+def victim_stopping(alloc: Allocation, reason: str, moment: datetime, *, command: str) -> None:
+    """Work that must end failed while its process may still run (its checkpoint timed out or
+    failed, a node of it was lost): it becomes terminating, ``command`` ("terminate" or "kill")
+    goes to its agents, and it keeps its nodes until it reports its exit or the grace passes
+    (then it is killed and counted gone), so no one starts on them while it still runs. It
+    then ends failed with ``reason`` (``stopped_failed``)."""
+    fields = {"fail_reason": reason[:255], "deadline_at": moment + timedelta(seconds=LEAVE_GRACE_S)}
+    if alloc.state == State.TERMINATING:  # already leaving: now for a failure
+        Allocation.objects.filter(pk=alloc.pk).update(**fields)
+        for key, value in fields.items():
+            setattr(alloc, key, value)
+    else:
+        allocation_transition(allocation=alloc, to=State.TERMINATING, reason=f"{reason}: stopping"[:255],
+                              now=moment, fields=fields)
+    allocation_signal(allocation=alloc, command=command)
+    task_on_commit(DEADLINES, [alloc.pk], countdown=LEAVE_GRACE_S + 1)
+
+
+def stopped_failed(alloc: Allocation, how: str, moment: datetime, *, command: str | None = None,
+                   fields: dict[str, Any] | None = None) -> None:
+    """A terminating allocation stopped for a failure is gone (``how``: its exit, the kill after
+    the grace, its node lost): it ends failed with its reason and frees its nodes. A node's loss
+    may requeue it under ``on_node_failure``; a checkpoint's failure only under ``always``."""
+    victim_failed(alloc, f"{alloc.fail_reason}; {how}", moment, command=command, fields=fields,
+                  node_failure=not alloc.fail_reason.startswith("checkpoint"))
 
 
 def requeue_failed(alloc: Allocation) -> Allocation | None:
@@ -102,6 +135,7 @@ def requeue_failed(alloc: Allocation) -> Allocation | None:
     copy.requeue_count = alloc.requeue_count + 1
     copy.requeued_from = alloc
     copy.started_at = copy.ended_at = copy.exit_code = copy.deadline_at = copy.preempted_by = None
+    copy.fail_reason = ""
     copy.save()
     AllocationEvent.objects.create(allocation=copy, from_state="", to_state=State.PENDING,
                                    reason=f"requeued from {alloc.pk} ({copy.requeue_count}/{alloc.max_requeue})")
@@ -126,8 +160,9 @@ def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) 
                 alloc.save(update_fields=["deadline_at", "deadline_extended"])
                 task_on_commit(DEADLINES, [alloc.pk], countdown=extra.total_seconds() + 1)
                 return alloc
-            victim_failed(alloc, "checkpoint timed out: terminated", moment, command="terminate",
-                           fields={"deadline_at": None})
+            victim_stopping(alloc, "checkpoint timed out", moment, command="terminate")
+        elif alloc.fail_reason:
+            stopped_failed(alloc, "killed after grace", moment, command="kill")
         else:
             # The agent never reported the exit within the grace: kill, and count it as exited.
             if mode_of(alloc) == "terminate":

@@ -14,9 +14,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from nodes.protocol import TERMINATE_GRACE_S, Checkpoint, Command, Terminate
+from nodes.protocol import Checkpoint, Command, Terminate
 from scheduling.actions.allocations import allocation_transition, allocations_transition
-from scheduling.actions.lifecycle import requeue, victim_failed
+from scheduling.actions.lifecycle import LEAVE_GRACE_S, requeue, victim_stopping
 from scheduling.actions.release import allocation_release, give_back_borrowed
 from scheduling.dispatch import (
     DEADLINES,
@@ -82,7 +82,7 @@ def preempt_for(decisions: list[Chosen], *, checkpoint_timeout_s: float) -> None
             group = [pk for pk in ids if chosen[pk][2] == action]
             if not group:
                 continue
-            grace = checkpoint_timeout_s if action == "checkpoint" else TERMINATE_GRACE_S + 5
+            grace = checkpoint_timeout_s if action == "checkpoint" else LEAVE_GRACE_S
             deadline = {pk: chosen[pk][1] + timedelta(seconds=grace) for pk in group}
             each: dict[int, dict[str, Any]] = {pk: {"state_changed_at": chosen[pk][1], "deadline_at": deadline[pk],
                                                     "preempted_by": chosen[pk][0]} for pk in group}
@@ -143,7 +143,7 @@ def allocation_checkpoint_done(*, allocation: Allocation, ok: bool, location: st
             allocation_release(allocation=alloc, command="terminate")  # checkpointed: stop the process
             requeue(alloc, reason="requeued after preemption", resume=True, now=moment)
         else:
-            victim_failed(alloc, f"checkpoint failed: {error}", moment, command="kill")
+            victim_stopping(alloc, f"checkpoint failed: {error}", moment, command="kill")
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
     return alloc
 

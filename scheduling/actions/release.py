@@ -19,16 +19,22 @@ def allocation_release(*, allocation: Allocation, command: str | None = None) ->
     """Free an allocation's nodes (it left holding states); give borrowed nodes back when empty.
     ``command``: "terminate" or "kill" sends that to its agents too."""
     placements = list(allocation.placements.select_related("node"))
-    for p in placements:
-        if command == "terminate":
-            agent_command_on_commit(p.node.name, Terminate(allocation=str(allocation.pk)))
-        elif command == "kill":
-            agent_command_on_commit(p.node.name, Kill(allocation=str(allocation.pk)))
+    if command is not None:
+        allocation_signal(allocation=allocation, command=command, placements=placements)
     allocation.placements.all().delete()
     give_back_borrowed([p.node_id for p in placements if p.node.borrowed_by_id is not None])
     if allocation.preempted_by_id:
         _maybe_released(allocation.preempted_by_id)
     request_pass_on_commit(allocation.resource_group_id)
+
+
+def allocation_signal(*, allocation: Allocation, command: str, placements: list[Placement] | None = None) -> None:
+    """Send "terminate" or "kill" to the agents of the nodes the allocation runs on, after commit."""
+    for p in placements if placements is not None else allocation.placements.select_related("node"):
+        if p.kind != "assigned":
+            continue
+        frame = Terminate(allocation=str(allocation.pk)) if command == "terminate" else Kill(allocation=str(allocation.pk))
+        agent_command_on_commit(p.node.name, frame)
 
 
 def give_back_borrowed(node_ids: list[int]) -> None:

@@ -77,7 +77,7 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     @action(detail=False, methods=["post"], url_path="what-if")
     def what_if(self, request: Request) -> Response:
         """The decision this request would get now. Nothing is stored."""
-        data = AllocationInput(data=request.data, context={"request": request})
+        data = AllocationInput(data=request.data, context={"request": request, "what_if": True})
         data.is_valid(raise_exception=True)
         return Response(decisions.what_if(data.validated_data["resource_group"], data.validated_data["tenant_obj"],
                                           data.model_fields(), request.user.get_username()))

@@ -126,7 +126,8 @@ class SessionTypeOutput(Checked):
     class Meta:
         model = SessionType
         fields = ["id", "resource_group", "name", "priority", "preemptive", "preemptable", "preempts", "rank",
-                  "rank_min", "rank_max", "scope", "criteria", "default_class", "mode", "max_preemptions_per_job", "reason"]
+                  "rank_min", "rank_max", "scope", "criteria", "default_class", "mode", "max_preemptions_per_job",
+                  "non_preemptible", "exclusive", "forced", "backfill", "reason"]
 
 
 class SessionTypeViewSet(AuditedViewSet):
@@ -141,7 +142,8 @@ class QuotaOutput(Checked):
         model = Quota
         fields = ["id", "tenant", "max_nodes", "max_gpus", "max_concurrent_allocations", "max_preemption_class",
                   "max_priority", "default_priority", "priority_changeable", "min_priority", "fair_share",
-                  "burst_allowance", "gpu_hours_budget", "reason"]
+                  "burst_allowance", "gpu_hours_budget",
+                  "allow_non_preemptible", "allow_exclusive", "allow_forced", "allow_backfill", "reason"]
 
 
 class QuotaViewSet(AuditedViewSet):

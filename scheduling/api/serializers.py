@@ -10,6 +10,12 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from scheduling.actions.admission import priority_for, tenant_for
+from scheduling.api.admission_checks import (
+    escape_errors,
+    never_fits_errors,
+    session_type_escapes,
+    start_frame_errors,
+)
 from scheduling.errors import DomainError
 from scheduling.models import Allocation, AllocationEvent, ResourceGroup, SessionType, VCluster
 from scheduling.models.allocations import RESOURCES, Checkpoint, RequeuePolicy
@@ -56,7 +62,8 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
     priority = serializers.IntegerField(
         min_value=0, max_value=100, required=False, allow_null=True, default=None,
         help_text="Omitted: the default of the tenant's (or the user's) priority policy.")
-    checkpoint = serializers.ChoiceField(choices=Checkpoint.choices, default=Checkpoint.NONE)
+    checkpoint = serializers.ChoiceField(choices=Checkpoint.choices, default=Checkpoint.NONE,
+                                         help_text="none by default (also in the CLI and the web form)")
     checkpoint_minutes = serializers.FloatField(min_value=0, max_value=1440, default=5)
     walltime_minutes = serializers.FloatField(min_value=0.01, required=False, allow_null=True, default=None)
     sensitive = serializers.BooleanField(default=False)
@@ -81,6 +88,25 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
         if unknown:
             raise serializers.ValidationError(f"unknown resource(s) {', '.join(unknown)}; use {', '.join(RESOURCES)}")
         return value
+
+    def validate_command(self, value: list[str]) -> list[str]:
+        """Work runs a command on its nodes: an empty one is refused (a what-if needs none)."""
+        if not value and not self.context.get("what_if"):
+            raise serializers.ValidationError("a command to run is required (argv, a non-empty list)")
+        return value
+
+    def admission_errors(self, attrs: dict[str, Any], tenant: Any, vc: VCluster | None,
+                         st: SessionType | None, klass: int) -> dict[str, str]:
+        """What could never run well: a start frame the protocol cannot carry, work no node could
+        hold, and escaping preemption without leave (admission_checks)."""
+        escaped = session_type_escapes(attrs, st)
+        own_only = (not escaped["preemptible"] or attrs["sensitive"] or klass == 10
+                    or (klass >= 7 and attrs["checkpoint"] == Checkpoint.NONE)
+                    or (vc is not None and vc.type == "sensitive"))
+        return {**start_frame_errors(attrs["command"], attrs["env"]),
+                **never_fits_errors(attrs["resource_group"], vc, attrs["per_node"], attrs["nodes"],
+                                    own_only=own_only),
+                **escape_errors(attrs, getattr(tenant, "quota", None), st)}
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         user = self.context["request"].user
@@ -117,6 +143,8 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
                 errors["rank"] = f"{attrs['rank']} is outside the ranks {low}..{high} allowed for {where}"
         if attrs["sensitive"] and not (vc is not None and vc.type == "sensitive") and klass != 10:
             errors["sensitive"] = "sensitive work runs at class 10 or in a sensitive vCluster"
+        if not errors:
+            errors.update(self.admission_errors(attrs, tenant, vc, st, klass))
         if errors:
             raise serializers.ValidationError(errors)
         attrs["tenant_obj"], attrs["vcluster_obj"], attrs["session_type_obj"] = tenant, vc, st
@@ -124,7 +152,7 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
         return attrs
 
     def model_fields(self) -> dict[str, Any]:
-        d = self.validated_data
+        d = session_type_escapes(self.validated_data, self.validated_data["session_type_obj"])
         per_node = d["per_node"]
         constraints = dict(d.get("constraints") or {})
         return {

@@ -85,6 +85,10 @@ class Allocation(models.Model):
     checkpoint_progress_at = models.DateTimeField(null=True, blank=True,
                                                   help_text="Last checkpoint_progress: the application is responsive.")
     checkpoint_started_at = models.DateTimeField(null=True, blank=True)
+    fail_reason = models.CharField(
+        max_length=255, blank=True, default="",
+        help_text="Set while it is stopped for a failure (its checkpoint timed out or failed, one of its nodes was "
+                  "lost): it keeps its nodes until its exit or the kill after the grace, then ends failed with this.")
     preempted_by = models.ForeignKey("scheduling.PreemptionDecision", on_delete=models.SET_NULL, null=True,
                                      blank=True, related_name="+", help_text="The decision it is leaving for.")
     requeued_from = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True,

@@ -127,6 +127,12 @@ class SessionType(models.Model):
     rank_max = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(10000)],
         help_text="Highest rank a request of this type may ask for; blank: the type's rank.")
+    # Job types that shield work from preemption; its submissions carry them (a tenant may set them
+    # otherwise only with its quota's allowance).
+    non_preemptible = models.BooleanField(default=False, help_text="Its work is never a victim (preemptible: false).")
+    exclusive = models.BooleanField(default=False, help_text="Its work is an exclusive job.")
+    forced = models.BooleanField(default=False, help_text="Its work is a forced job.")
+    backfill = models.BooleanField(default=False, help_text="Its work is a backfill job.")
 
     class Meta:
         ordering = ["resource_group__name", "-rank", "name"]

@@ -75,6 +75,11 @@ class Quota(models.Model):
     fair_share = models.FloatField(default=0.0, validators=[MinValueValidator(0), MaxValueValidator(1)])
     burst_allowance = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
     gpu_hours_budget = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
+    # An operator's leave to submit work that escapes preemption (else only a session type sets it).
+    allow_non_preemptible = models.BooleanField(default=False, help_text="May submit preemptible: false.")
+    allow_exclusive = models.BooleanField(default=False, help_text="May submit exclusive jobs.")
+    allow_forced = models.BooleanField(default=False, help_text="May submit forced jobs.")
+    allow_backfill = models.BooleanField(default=False, help_text="May submit backfill jobs.")
 
     class Meta:
         constraints = [

@@ -132,7 +132,7 @@ class SessionTypeForm(ReasonedForm):
     class Meta:
         model = SessionType
         fields = ["priority", "preemptive", "preemptable", "preempts", "rank", "rank_min", "rank_max", "scope",
-                  "criteria", "default_class", "mode", "max_preemptions_per_job"]
+                  "criteria", "default_class", "mode", "max_preemptions_per_job", "non_preemptible", "exclusive", "forced", "backfill"]
 
 
 CONFIG_FORMS: dict[str, tuple[type[VCluster] | type[SessionType], type[ReasonedForm]]] = {

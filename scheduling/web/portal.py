@@ -99,7 +99,8 @@ class SubmitForm(forms.Form):
                                   help_text="Blank: your tenant's default priority.")
     rank = forms.IntegerField(min_value=1, max_value=10000, required=False,
                               help_text="Blank: the session type's rank.")
-    checkpoint = forms.ChoiceField(choices=[("auto", "auto"), ("manual", "manual"), ("none", "none")])
+    checkpoint = forms.ChoiceField(choices=[("auto", "auto"), ("manual", "manual"), ("none", "none")],
+                                   initial="none")
     walltime_minutes = forms.FloatField(required=False, min_value=0.01)
     command = forms.CharField(required=False, help_text="space-separated")
 
@@ -142,7 +143,8 @@ def submit(request: HttpRequest) -> HttpResponse:
     errors: dict[str, Any] = {}
     form = SubmitForm(request.POST or None, tenants=tenant_ids(request.user))
     if request.method == "POST" and form.is_valid():
-        data = AllocationInput(data=form.payload(), context={"request": request})
+        data = AllocationInput(data=form.payload(), context={
+            "request": request, "what_if": request.POST.get("action") == "whatif"})
         if not data.is_valid():
             errors = data.errors
         elif request.POST.get("action") == "whatif":

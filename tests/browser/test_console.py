@@ -51,7 +51,7 @@ def test_preemption_through_the_api_appears_in_the_open_console_without_reload(
 
     token = api_token_issue(user=tenant_physics.memberships.first().user)
     body = json.dumps({"resource_group": resource_group.name, "vcluster": "hpc", "per_node": {"gpu": 8},
-                       "preemption_class": 7, "checkpoint": "auto"}).encode()
+                       "preemption_class": 7, "checkpoint": "auto", "command": ["sleep", "60"]}).encode()
     request = urllib.request.Request(f"{live_server_url}/api/v1/allocations/", data=body, method="POST",
                                      headers={"Content-Type": "application/json",
                                               "Authorization": f"Token {token}"})

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from nodes.models import Node
 from scheduling.actions.tokens import api_token_issue
 from scheduling.cli import main
 from scheduling.models import Allocation
@@ -92,7 +93,10 @@ def test_refusals_are_exit_1_with_the_servers_reason(lattice, tmp_path, capsys, 
     job.write_text(json.dumps({"resource_group": "rg-main", "per_node": {"tpu": 1}}))
     assert lattice("submit", "--file", str(job)) == (1, "")
     assert "400: per_node: unknown resource(s) tpu" in capsys.readouterr().err
-    assert lattice("submit", "--group", "rg-main", "--vcluster", "hpc", "--gpus", "8", "--nodes", "9") == (1, "")
+    Node.objects.bulk_create([Node(name=f"n{i}", resource_group=resource_group, vcluster=vcluster_hpc, gpu=8)
+                              for i in range(9)])  # nodes enough: the quota is what refuses it
+    assert lattice("submit", "--group", "rg-main", "--vcluster", "hpc", "--gpus", "8", "--nodes", "9",
+                   "--", "true") == (1, "")
     assert "409: max_nodes" in capsys.readouterr().err  # the quota: 8 nodes
     assert not Allocation.objects.exists()
 

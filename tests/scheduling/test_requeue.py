@@ -47,6 +47,9 @@ def test_a_victim_whose_checkpoint_timed_out_fails_and_is_requeued_if_its_policy
     low.refresh_from_db()
     assert low.state == "checkpointing"
     allocation_deadline(allocation=low, now=low.deadline_at + timedelta(seconds=1))  # never answered
+    low.refresh_from_db()
+    assert low.state == "terminating" and _copies(low) == []  # no copy while it may still run
+    allocation_deadline(allocation=low, now=low.deadline_at + timedelta(seconds=1))  # killed after the grace
     assert Allocation.objects.get(pk=low.pk).state == "failed"
     assert [(c.state, c.requeue_count) for c in _copies(low)] == [("pending", 1)] * copies
 
@@ -77,8 +80,11 @@ def test_every_way_a_checkpoint_fails_counts_as_a_failed_checkpoint(
     low = Allocation.objects.get(pk=low.pk)
     if how == "timed out":
         allocation_deadline(allocation=low, now=low.deadline_at + timedelta(seconds=1))
+        allocation_exited(allocation=Allocation.objects.get(pk=low.pk), exit_code=-15, reason="terminated")
     elif how == "failed":
         allocation_checkpoint_done(allocation=low, ok=False, error="disk full")
+        low = Allocation.objects.get(pk=low.pk)
+        allocation_deadline(allocation=low, now=low.deadline_at + timedelta(seconds=1))  # killed, no exit
     else:
         allocation_exited(allocation=low, exit_code=137, reason="failed")
     assert Allocation.objects.get(pk=low.pk).state == "failed"

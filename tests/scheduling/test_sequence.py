@@ -108,6 +108,9 @@ def test_responsive_checkpoint_gets_its_timeout_extended_once(resource_group, vc
     assert low.state == "checkpointing" and low.deadline_extended
     assert low.deadline_at == first_deadline + timeout * 0.5
     allocation_deadline(allocation=low, now=low.deadline_at + timedelta(seconds=1))
+    assert _state(low) == "terminating"  # stopped: its nodes stay its own until it is gone
+    assert Placement.objects.filter(allocation=low).exists()
+    allocation_deadline(allocation=low, now=low.deadline_at + timedelta(seconds=1))
     assert _state(low) == "failed"
     assert not Placement.objects.filter(allocation=low).exists()
 
@@ -116,9 +119,47 @@ def test_unresponsive_checkpoint_is_terminated_and_fails(resource_group, vcluste
     low, high = _preempted_pair(resource_group, vcluster_hpc, make_allocation)
     allocation_deadline(allocation=low, now=low.deadline_at - timedelta(seconds=1))
     assert _state(low) == "checkpointing"  # not yet
-    allocation_deadline(allocation=low, now=low.deadline_at + timedelta(seconds=1))
+    timed_out = low.deadline_at + timedelta(seconds=1)
+    allocation_deadline(allocation=low, now=timed_out)
     low.refresh_from_db()
-    assert low.state == "failed" and low.events.latest("id").reason == "checkpoint timed out: terminated"
+    assert low.state == "terminating" and low.events.latest("id").reason == "checkpoint timed out: stopping"
+    assert low.deadline_at == timed_out + timedelta(seconds=35)  # SIGTERM, the agent's 30 s grace, a margin
+    assert list(low.placements.values_list("node__name", flat=True)) == ["gpu-a"]
+    schedule_pass(resource_group.pk)
+    assert _state(high) == "pending"  # the victim still runs until it exits or is killed
+
+    allocation_deadline(allocation=low, now=low.deadline_at + timedelta(seconds=1))  # no exit in the grace
+    low.refresh_from_db()
+    assert low.state == "failed" and low.events.latest("id").reason == "checkpoint timed out; killed after grace"
+    schedule_pass(resource_group.pk)
+    assert _state(high) == "running"
+
+
+def test_a_timed_out_victim_that_exits_in_the_grace_fails_with_its_exit(resource_group, vcluster_hpc, one_node,
+                                                                        make_allocation):
+    low, high = _preempted_pair(resource_group, vcluster_hpc, make_allocation)
+    allocation_deadline(allocation=low, now=low.deadline_at + timedelta(seconds=1))
+    allocation_exited(allocation=low, exit_code=-15, reason="terminated")
+    low.refresh_from_db()
+    assert (low.state, low.exit_code) == ("failed", -15)
+    assert low.events.latest("id").reason == "checkpoint timed out; exited: terminated (-15)"
+    assert not low.placements.exists()
+    schedule_pass(resource_group.pk)
+    assert _state(high) == "running"
+
+
+def test_a_failed_checkpoint_is_killed_and_keeps_its_nodes_until_it_exits(resource_group, vcluster_hpc, one_node,
+                                                                         make_allocation):
+    low, high = _preempted_pair(resource_group, vcluster_hpc, make_allocation)
+    allocation_checkpoint_done(allocation=low, ok=False, error="disk full")
+    low.refresh_from_db()
+    assert low.state == "terminating" and low.events.latest("id").reason == "checkpoint failed: disk full: stopping"
+    assert low.placements.exists()
+    schedule_pass(resource_group.pk)
+    assert _state(high) == "pending"
+    allocation_exited(allocation=low, exit_code=-9, reason="killed")
+    low.refresh_from_db()
+    assert low.state == "failed" and low.events.latest("id").reason == "checkpoint failed: disk full; exited: killed (-9)"
     schedule_pass(resource_group.pk)
     assert _state(high) == "running"
 
@@ -164,6 +205,7 @@ def test_lost_worker_between_steps_is_recovered_by_the_sweep(resource_group, vcl
     state_after_first = (_state(low), list(low.events.values_list("to_state", flat=True)))
     assert sweep(now=later)["deadlines"] == 0
     assert (_state(low), list(low.events.values_list("to_state", flat=True))) == state_after_first
+    assert sweep(now=later + timedelta(seconds=40))["deadlines"] == 1  # its grace too: killed
     schedule_pass(resource_group.pk)
     assert _state(high) == "running"
 
@@ -253,8 +295,12 @@ def test_one_deadline_task_handles_every_victim_of_a_batch(resource_group, vclus
         deadline_at=timezone.now() - timedelta(seconds=1))
 
     preemption_deadlines([v.pk for v in victims])
-    assert [_state(v) for v in victims] == ["failed", "failed"]
-    preemption_deadlines([v.pk for v in victims])  # again: nothing more happens
+    assert [_state(v) for v in victims] == ["terminating", "terminating"]
+    preemption_deadlines([v.pk for v in victims])  # again: nothing more happens (their grace runs)
+    assert [_state(v) for v in victims] == ["terminating", "terminating"]
+    Allocation.objects.filter(pk__in=[v.pk for v in victims]).update(
+        deadline_at=timezone.now() - timedelta(seconds=1))
+    preemption_deadlines([v.pk for v in victims])
     assert [_state(v) for v in victims] == ["failed", "failed"]
     assert _state(high) == "pending"
 

@@ -16,7 +16,8 @@ ALLOWED = [
     ("pending", "running"), ("pending", "cancelled"), ("pending", "failed"),
     ("running", "checkpointing"), ("running", "terminating"), ("running", "completed"),
     ("running", "failed"), ("running", "cancelled"),
-    ("checkpointing", "suspended"), ("checkpointing", "failed"), ("checkpointing", "cancelled"),
+    ("checkpointing", "suspended"), ("checkpointing", "terminating"), ("checkpointing", "failed"),
+    ("checkpointing", "cancelled"),
     ("terminating", "pending"), ("terminating", "preempted"), ("terminating", "failed"),
     ("suspended", "pending"), ("suspended", "cancelled"),
 ]

@@ -1,0 +1,98 @@
+"""Checks of a submission against what can ever run it: the agent protocol's frame, the group's
+nodes, and the tenant's leave to escape preemption. Each returns field errors (field -> message),
+empty when the submission passes; the serializer (``AllocationInput``) calls them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from nodes.models import Node
+from nodes.protocol import MAX_START_FRAME_BYTES, Start, encode
+from scheduling.engine.cluster import floor_limit
+from scheduling.models import Quota, ResourceGroup, SessionType, VCluster
+from scheduling.models.allocations import RESOURCES
+
+
+def start_frame_errors(command: list[str], env: dict[str, str]) -> dict[str, str]:
+    """The ``start`` frame carries the command and env as submitted: it must fit the protocol's
+    frame limit with room to spare, whatever the allocation's id and resources (taken at their
+    largest here), or no agent could ever receive it."""
+    widest = Start(allocation="9" * 20, command=command, env=env, resources={r: 10**6 for r in RESOURCES},
+                   resume_from_checkpoint=False, checkpoint_dir="checkpoints/" + "9" * 20)
+    size = len(orjson.dumps(encode(widest)))
+    if size <= MAX_START_FRAME_BYTES:
+        return {}
+    env_size, command_size = len(orjson.dumps(env)), len(orjson.dumps(command))
+    field = "env" if env_size >= command_size else "command"
+    return {field: (f"the start frame would be {size} bytes (env {env_size}, command {command_size}); "
+                    f"command and env together must fit in {MAX_START_FRAME_BYTES} bytes")}
+
+
+def never_fits_errors(group: ResourceGroup, vc: VCluster | None, per_node: dict[str, int], nodes: int, *,
+                      own_only: bool) -> dict[str, str]:
+    """Work that no node of the group (that its vCluster may ever use) could hold would wait
+    forever: refused, naming the resource no node has enough of, or the node count. Every node
+    counts whatever its state (a drained or down node may come back); a vCluster uses its own
+    nodes, nodes with no home, and (unless ``own_only``: non-preemptible work) nodes it may
+    borrow from vClusters that lend."""
+    rows = list(Node.objects.filter(resource_group=group).values("vcluster_id", *RESOURCES))
+    where = f"resource group {group.name}" + (f" (vCluster {vc.name})" if vc is not None else "")
+    lendable: dict[int, int] = {}  # lender vCluster id -> how many nodes it may lend at most
+    if vc is not None:
+        if not own_only and vc.allow_borrowing:
+            homes: dict[int, int] = {}
+            for row in rows:
+                if row["vcluster_id"] is not None:
+                    homes[row["vcluster_id"]] = homes.get(row["vcluster_id"], 0) + 1
+            for lender in VCluster.objects.filter(pk__in=list(homes), allow_lending=True).exclude(pk=vc.pk):
+                lendable[lender.pk] = floor_limit(homes[lender.pk], lender.max_borrow_pct)
+        rows = [r for r in rows if r["vcluster_id"] in (None, vc.pk) or lendable.get(r["vcluster_id"], 0) > 0]
+    for resource in RESOURCES:
+        need = per_node.get(resource, 0)
+        most = max((r[resource] for r in rows), default=0)
+        if need > most:
+            return {"per_node": f"no node in {where} has {need} {resource} (the most any has is {most})"}
+    holding = [r for r in rows if all(r[res] >= per_node.get(res, 0) for res in RESOURCES)]
+    count = sum(1 for r in holding if r["vcluster_id"] in (None, getattr(vc, "pk", None)) or vc is None)
+    lent: dict[int, int] = {}
+    for r in holding:
+        if vc is not None and r["vcluster_id"] not in (None, vc.pk):
+            lent[r["vcluster_id"]] = lent.get(r["vcluster_id"], 0) + 1
+    count += sum(min(n, lendable[lender]) for lender, n in lent.items())
+    if nodes > count:
+        return {"nodes": f"{nodes} nodes asked, but only {count} node(s) in {where} could ever hold this per_node"}
+    return {}
+
+
+# Job fields that make work never (or rarely) a victim, and the quota field that allows each.
+ESCAPES = {"preemptible": (False, "non_preemptible"), "exclusive": (True, "exclusive"),
+           "forced": (True, "forced"), "backfill": (True, "backfill")}
+
+
+def escape_errors(attrs: dict[str, Any], quota: Quota | None, session_type: SessionType | None) -> dict[str, str]:
+    """``preemptible: false``, ``exclusive``, ``forced`` and ``backfill`` shield work from
+    preemption: a tenant sets them only where an operator allowed it (on the tenant's quota),
+    or the session type it submits under sets them itself."""
+    errors = {}
+    for field, (shielded, kind) in ESCAPES.items():
+        if attrs.get(field, not shielded) != shielded:
+            continue
+        allowance = f"allow_{kind}"
+        from_type = session_type is not None and getattr(session_type, kind)
+        if not from_type and not (quota is not None and getattr(quota, allowance)):
+            errors[field] = (f"{field}={str(shielded).lower()} needs an operator's leave for the tenant "
+                             f"(its quota's {allowance}) or a session type that sets it")
+    return errors
+
+
+def session_type_escapes(fields: dict[str, Any], session_type: SessionType | None) -> dict[str, Any]:
+    """The job's fields with those its session type sets (its work always carries them)."""
+    if session_type is None:
+        return fields
+    out = dict(fields)
+    for field, (shielded, kind) in ESCAPES.items():
+        if getattr(session_type, kind):
+            out[field] = shielded
+    return out

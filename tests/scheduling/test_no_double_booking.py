@@ -1,0 +1,183 @@
+"""No node's devices go to a starting allocation while a victim still runs there.
+
+A victim runs until its agent reports its exit, or until the control plane declares it gone:
+lost with its node, or killed after the grace. The agents here are fakes that keep what each
+node really runs: a process starts with ``start`` and ends with ``kill`` or when the test
+reports its exit; ``terminate`` does not end it (an application that ignores SIGTERM: the
+agent's own SIGKILL after the grace is the control plane's ``kill``). Every frame the control
+plane sends after commit is delivered, in order, and each ``start`` is checked against what the
+node still runs. The real pass and the real actions drive it, on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from nodes.actions import allocation_report, node_heartbeat, node_liveness_sweep
+from nodes.models import Node
+from nodes.protocol import Exited, Heartbeat
+from scheduling import dispatch
+from scheduling.actions.lifecycle import sweep
+from scheduling.actions.overrides import allocation_force_preempt
+from scheduling.models import Allocation
+from scheduling.passes.run import schedule_pass
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+
+_ids = itertools.count(1)
+
+
+class FakeAgents:
+    def __init__(self) -> None:
+        self.running: dict[str, dict[str, int]] = {}  # node -> allocation id -> GPUs it uses there
+        self.starts: list[tuple[str, str]] = []
+        self.violations: list[str] = []
+
+    def deliver(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
+        for group, message in messages:
+            if not group.startswith("agent.") or message.get("type") != "agent.command":
+                continue
+            node, frame = group.removeprefix("agent."), message["frame"]
+            here = self.running.setdefault(node, {})
+            if frame["type"] == "start":
+                capacity = Node.objects.get(name=node).gpu
+                others = {a: g for a, g in here.items() if a != frame["allocation"]}
+                if others and sum(others.values()) + frame["resources"]["gpu"] > capacity:
+                    self.violations.append(f"{frame['allocation']} started on {node} while {sorted(others)} "
+                                           "still run there")
+                here[frame["allocation"]] = frame["resources"]["gpu"]
+                self.starts.append((node, frame["allocation"]))
+            elif frame["type"] == "kill":
+                here.pop(frame["allocation"], None)
+
+    def exit(self, node_name: str, alloc: Allocation, *, code: int, reason: str, now: datetime) -> None:
+        """The process is gone and the agent says so."""
+        self.running.get(node_name, {}).pop(str(alloc.pk), None)
+        allocation_report(node=Node.objects.get(name=node_name),
+                          frame=Exited(id=f"x{next(_ids)}", allocation=str(alloc.pk), exit_code=code, reason=reason),
+                          now=now)
+
+
+@pytest.fixture
+def agents(monkeypatch, django_capture_on_commit_callbacks):
+    fake = FakeAgents()
+    monkeypatch.setattr(dispatch, "_send_all", lambda messages, what: fake.deliver(messages))
+
+    class NoTask:  # deadlines and passes are driven by the test, not by a broker
+        def delay(self, *a: Any) -> None: ...
+        def apply_async(self, *a: Any, **k: Any) -> None: ...
+
+    monkeypatch.setattr(dispatch, "_task", lambda name: NoTask())
+
+    def step(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        with django_capture_on_commit_callbacks(execute=True):
+            return fn(*args, **kwargs)
+
+    fake.step = step  # type: ignore[attr-defined]
+    return fake
+
+
+def _job(make_allocation, vcluster, klass, nodes=1, checkpoint="auto", **kw):
+    return make_allocation(state="pending", node_count=nodes, per_node_gpu=8, preemption_class=klass,
+                           checkpoint=checkpoint, vcluster=vcluster, **kw)
+
+
+def _state(alloc):
+    alloc.refresh_from_db()
+    return alloc.state
+
+
+def test_a_checkpoint_timeout_starts_the_preemptor_only_after_the_kill(resource_group, vcluster_hpc, node_gpu_a,
+                                                                       make_allocation, agents):
+    low = _job(make_allocation, vcluster_hpc, 2)
+    agents.step(schedule_pass, resource_group.pk)
+    high = _job(make_allocation, vcluster_hpc, 7)
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(low) == "checkpointing"
+
+    timed_out = low.deadline_at + timedelta(seconds=1)  # the application never answers
+    agents.step(sweep, now=timed_out)
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(high) == "pending"  # the victim still runs: terminate is only SIGTERM
+    agents.step(sweep, now=timed_out + timedelta(seconds=20))
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(high) == "pending"
+
+    agents.step(sweep, now=timed_out + timedelta(seconds=40))  # past the grace: killed
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(high) == "running"
+    assert agents.violations == []
+    assert ("gpu-a", str(high.pk)) in agents.starts
+
+
+def test_a_checkpoint_timeout_whose_victim_exits_in_the_grace_frees_its_node_then(
+        resource_group, vcluster_hpc, node_gpu_a, make_allocation, agents):
+    low = _job(make_allocation, vcluster_hpc, 2)
+    agents.step(schedule_pass, resource_group.pk)
+    high = _job(make_allocation, vcluster_hpc, 7)
+    agents.step(schedule_pass, resource_group.pk)
+    low.refresh_from_db()
+    timed_out = low.deadline_at + timedelta(seconds=1)
+    agents.step(sweep, now=timed_out)
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(high) == "pending"
+    agents.step(agents.exit, "gpu-a", low, code=-15, reason="terminated", now=timed_out + timedelta(seconds=3))
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(high) == "running" and agents.violations == []
+
+
+def test_a_force_preempted_job_that_times_out_frees_its_node_only_when_gone(
+        resource_group, vcluster_hpc, node_gpu_a, make_allocation, operator, agents):
+    first = _job(make_allocation, vcluster_hpc, 2)
+    agents.step(schedule_pass, resource_group.pk)
+    waiting = _job(make_allocation, vcluster_hpc, 2)  # same class: it waits, it does not preempt
+    agents.step(schedule_pass, resource_group.pk)
+    agents.step(allocation_force_preempt, allocation=first, actor=operator, reason="maintenance")
+    assert _state(first) == "checkpointing"
+
+    timed_out = Allocation.objects.get(pk=first.pk).deadline_at + timedelta(seconds=1)
+    agents.step(sweep, now=timed_out)
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(waiting) == "pending"
+    agents.step(sweep, now=timed_out + timedelta(seconds=40))
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(waiting) == "running" and agents.violations == []
+
+
+def test_a_victim_losing_one_of_its_nodes_is_killed_on_the_others_before_they_are_reused(
+        resource_group, vcluster_hpc, two_nodes, make_allocation, agents):
+    t0 = timezone.now()
+    seq = itertools.count(1)
+
+    def heartbeat(name: str, at: datetime) -> None:
+        node_heartbeat(node=Node.objects.get(name=name), frame=Heartbeat(id=f"h{next(_ids)}", seq=next(seq),
+                                                                         running=[]), now=at)
+
+    for node in two_nodes:
+        heartbeat(node.name, t0)
+    wide = _job(make_allocation, vcluster_hpc, 2, nodes=2)
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(wide) == "running"
+    high = _job(make_allocation, vcluster_hpc, 7)
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(wide) == "checkpointing"
+    [held] = high.placements.values_list("node__name", flat=True)
+    silent = next(n.name for n in two_nodes if n.name != held)
+
+    # The node the preemptor does not hold falls silent; the one it holds keeps beating.
+    for seconds in (31, 95):
+        heartbeat(held, t0 + timedelta(seconds=seconds))
+        agents.step(node_liveness_sweep, now=t0 + timedelta(seconds=seconds))
+        agents.step(schedule_pass, resource_group.pk)
+    assert Node.objects.get(name=silent).state == "down"
+    assert agents.violations == []
+    if _state(high) == "pending":  # the victim may still be leaving the held node: let it
+        agents.step(agents.exit, held, wide, code=-9, reason="killed", now=t0 + timedelta(seconds=96))
+        agents.step(schedule_pass, resource_group.pk)
+    assert _state(high) == "running" and agents.violations == []
+    assert _state(wide) == "failed"
