@@ -5,7 +5,8 @@
 Runs each allocation's command as a process group with LATTICE_ALLOCATION_ID,
 LATTICE_CHECKPOINT_DIR and LATTICE_RESUME in its environment; a checkpoint hint
 is SIGUSR1 to the group, and the application answers by creating DONE (or
-FAILED with a message) in its checkpoint directory. ``terminate`` is SIGTERM,
+FAILED with a message) in its checkpoint directory, reporting PROGRESS and
+asking to DEFER there meanwhile (nodes/checkpoint_files.py). ``terminate`` is SIGTERM,
 then SIGKILL after the grace. The agent reconnects with exponential backoff and
 jitter (capped at 30 s), sends the reports made while disconnected (the latest
 per allocation, kept until acknowledged), then says ``hello`` with what it runs.
@@ -32,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import websockets
+
+from nodes.checkpoint_files import CheckpointFiles, done_location, size_of
 
 log = logging.getLogger("lattice.agent")
 VERSION = "1.0"
@@ -288,12 +291,14 @@ class Agent:
 
     async def _checkpoint(self, alloc: str) -> None:
         entry = self.running.get(alloc)
-        if entry is None:
+        if entry is None or entry.phase == "checkpointing":
+            # A repeated hint (re-sent at hello) while this run already checkpoints: one watcher,
+            # or a second one would clear what the application wrote and report it twice.
             return
         entry.phase = "checkpointing"
         done, failed = entry.checkpoint_dir / "DONE", entry.checkpoint_dir / "FAILED"
-        for stale in (done, failed):
-            stale.unlink(missing_ok=True)
+        files = CheckpointFiles(entry.checkpoint_dir)
+        files.clear()  # DONE, FAILED, PROGRESS, DEFER of an earlier checkpoint
         if self.simulate:
             await asyncio.sleep(1.0)
             done.write_text("simulated")
@@ -301,14 +306,22 @@ class Agent:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(entry.pid, signal.SIGUSR1)
         while alloc in self.running and not (done.exists() or failed.exists()):
+            await self._relay(alloc, files)
             await asyncio.sleep(0.2)
+        await self._relay(alloc, files)  # what was written just before DONE goes first
         if done.exists():
-            size = sum(p.stat().st_size for p in entry.checkpoint_dir.rglob("*") if p.is_file())
-            await self.report({"type": "checkpoint_done", "allocation": alloc, "ok": True,
-                               "location": str(entry.checkpoint_dir), "size_bytes": size})
+            location = done_location(entry.checkpoint_dir)
+            size = size_of(location)
+            await self.report({"type": "checkpoint_done", "allocation": alloc, "ok": True, "location": location,
+                               **({} if size is None else {"size_bytes": size})})
         elif failed.exists():
             await self.report({"type": "checkpoint_done", "allocation": alloc, "ok": False,
                                "location": str(entry.checkpoint_dir), "error": failed.read_text()[:500]})
+
+    async def _relay(self, alloc: str, files: CheckpointFiles) -> None:
+        """The application's PROGRESS and DEFER files, each change reported once."""
+        for frame in files.poll():
+            await self.report({**frame, "allocation": alloc})
 
     async def _kill_after(self, alloc: str, grace: float) -> None:
         entry = self.running.get(alloc)

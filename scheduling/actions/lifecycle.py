@@ -18,7 +18,8 @@ from scheduling.actions.allocations import allocation_transition
 from scheduling.actions.release import allocation_release, allocation_signal, give_back_borrowed
 from scheduling.dispatch import DEADLINES, event_on_commit, task_on_commit
 from scheduling.engine.model import effective_mode
-from scheduling.models import Allocation, AllocationEvent, Placement
+from scheduling.models import Allocation, AllocationEvent, Placement, ResourceGroup
+from scheduling.passes.snapshot import policy_of
 from scheduling.states import FINAL, HOLDING, State
 
 HOLD_MARGIN_S = 60
@@ -152,15 +153,23 @@ def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) 
             return alloc
         if alloc.state == State.CHECKPOINTING:
             responsive = alloc.checkpoint_progress_at is not None
-            if responsive and not alloc.deadline_extended:
+            # Deferrals are granted up to the policy's maximum, "then force": an application that
+            # used them all gets no extension on top.
+            deferred_all = 0 < max_deferral_s(alloc.resource_group_id) <= alloc.deferred_seconds
+            if responsive and not alloc.deadline_extended and not deferred_all:
                 started = alloc.checkpoint_started_at or moment
                 extra = (alloc.deadline_at - started - timedelta(seconds=alloc.deferred_seconds)) * 0.5
                 alloc.deadline_at += extra
                 alloc.deadline_extended = True
                 alloc.save(update_fields=["deadline_at", "deadline_extended"])
+                AllocationEvent.objects.create(
+                    allocation=alloc, from_state=alloc.state, to_state=alloc.state,
+                    reason=f"checkpoint deadline extended by {extra.total_seconds():.1f}s (responsive, once)")
                 task_on_commit(DEADLINES, [alloc.pk], countdown=extra.total_seconds() + 1)
                 return alloc
-            victim_stopping(alloc, "checkpoint timed out", moment, command="terminate")
+            reason = ("checkpoint timed out after the maximum deferral" if deferred_all
+                      else "checkpoint timed out")
+            victim_stopping(alloc, reason, moment, command="terminate")
         elif alloc.fail_reason:
             stopped_failed(alloc, "killed after grace", moment, command="kill")
         else:
@@ -173,6 +182,12 @@ def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) 
             allocation_release(allocation=alloc, command="kill")
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
     return alloc
+
+
+def max_deferral_s(group_id: int) -> int:
+    """The most a checkpoint may be deferred in total, in whole seconds: the group policy's
+    ``max_deferral_minutes`` (5 by default)."""
+    return int(policy_of(ResourceGroup.objects.get(pk=group_id)).max_deferral_minutes * 60)
 
 
 def holds_expired(now: datetime) -> list[int]:

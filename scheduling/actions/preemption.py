@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from nodes.protocol import Checkpoint, Command, Terminate
 from scheduling.actions.allocations import allocation_transition, allocations_transition
-from scheduling.actions.lifecycle import LEAVE_GRACE_S, requeue, victim_stopping
+from scheduling.actions.lifecycle import LEAVE_GRACE_S, max_deferral_s, requeue, victim_stopping
 from scheduling.actions.release import allocation_release, give_back_borrowed
 from scheduling.dispatch import (
     DEADLINES,
@@ -26,11 +26,9 @@ from scheduling.dispatch import (
     task_on_commit,
 )
 from scheduling.errors import Conflict
-from scheduling.models import Allocation, Placement, PreemptionDecision
+from scheduling.models import Allocation, AllocationEvent, Placement, PreemptionDecision
 from scheduling.passes.bulk import insert_rows
 from scheduling.states import State
-
-MAX_DEFERRAL_S = 300
 
 
 def allocation_preempt(*, allocation: Allocation, decision: PreemptionDecision | None, action: str,
@@ -154,12 +152,15 @@ def allocation_checkpoint_progress(*, allocation: Allocation, now: datetime | No
 
 
 def allocation_defer(*, allocation: Allocation, seconds: int, now: datetime | None = None) -> int:
-    """Grant a checkpoint deferral, up to MAX_DEFERRAL_S in total; returns the seconds granted."""
+    """Grant a checkpoint deferral, up to the group policy's ``max_deferral_minutes`` in total;
+    returns the seconds granted."""
     with transaction.atomic():
         alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
         if alloc.state != State.CHECKPOINTING or alloc.deadline_at is None:
             return 0
-        granted = max(0, min(int(seconds), MAX_DEFERRAL_S - alloc.deferred_seconds))
+        granted = max(0, min(int(seconds), max_deferral_s(alloc.resource_group_id) - alloc.deferred_seconds))
+        AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
+                                       reason=f"checkpoint deferral: asked {int(seconds)}s, granted {granted}s")
         if granted:
             alloc.deadline_at += timedelta(seconds=granted)
             alloc.deferred_seconds += granted

@@ -41,6 +41,7 @@ class Policy:
     max_preemptions_per_job: int | None = None
     reclaim_rule: str = "any"
     checkpoint_timeout_minutes: float = 10
+    max_deferral_minutes: float = 5
     preemptible_priority: int | None = None
     victim_scope: str = "resource_group"
     preemption_order: str = "newest"

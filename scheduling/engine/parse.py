@@ -39,6 +39,9 @@ __all__ = ["InvalidDocument", "parse_policy", "parse_scenario", "parse_time"]
 _POLICY_FIELDS = {f for f in Policy.__dataclass_fields__}
 
 
+MAX_DEFERRAL_MINUTES = 1440  # a day: deferred seconds are kept as a 32-bit count
+
+
 def default_max_victims(kind: str) -> int | None:
     return 3 if kind == "class_cost" else None
 
@@ -73,6 +76,7 @@ def read_policy(errors: _Errors, path: str, obj: Any) -> Policy:
         max_preemptions_per_job=r.integer("max_preemptions_per_job", None, lo=0, nullable=True),
         reclaim_rule=r.string("reclaim_rule", d.reclaim_rule, nullable=False, choices=RECLAIM_RULES),
         checkpoint_timeout_minutes=r.number("checkpoint_timeout_minutes", d.checkpoint_timeout_minutes),
+        max_deferral_minutes=r.number("max_deferral_minutes", d.max_deferral_minutes, hi=MAX_DEFERRAL_MINUTES),
         preemptible_priority=r.integer("preemptible_priority", None, lo=0, hi=100, nullable=True),
         victim_scope=r.string("victim_scope", d.victim_scope, nullable=False, choices=VICTIM_SCOPES),
         preemption_order=r.string("preemption_order", d.preemption_order, nullable=False,

@@ -14,7 +14,8 @@ def _form_data(group: ResourceGroup, **policy) -> dict:
     data = {"name": group.name, "description": group.description, "change_reason": "tune victims"}
     base = {"kind": "class_cost", "enabled": True, "mode": "suspend", "max_victims": 3,
             "near_completion_minutes": 5, "min_runtime_minutes": 0, "max_preemptions_per_job": "",
-            "reclaim_rule": "any", "checkpoint_timeout_minutes": 10, "preemptible_priority": "",
+            "reclaim_rule": "any", "checkpoint_timeout_minutes": 10, "max_deferral_minutes": 5,
+            "preemptible_priority": "",
             "victim_scope": "resource_group", "preemption_order": "newest", "preempt_for": "",
             "no_preempt_run_minutes": "", "no_preempt_finish_minutes": "", "tolerance": 0.8,
             "starvation_timeout_s": 30, "aggressive_starvation_timeout_s": 120,

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 POLICY = {"policy_kind": "class_cost", "policy_enabled": "on", "policy_mode": "suspend", "policy_max_victims": "3",
           "policy_near_completion_minutes": "5", "policy_min_runtime_minutes": "0", "policy_reclaim_rule": "any",
-          "policy_checkpoint_timeout_minutes": "10", "policy_victim_scope": "resource_group",
+          "policy_checkpoint_timeout_minutes": "10", "policy_max_deferral_minutes": "5", "policy_victim_scope": "resource_group",
           "policy_preemption_order": "newest", "policy_tolerance": "0.8", "policy_starvation_timeout_s": "30",
           "policy_aggressive_starvation_timeout_s": "120", "policy_preemption_threshold": "1.0",
           "policy_aggressive_threshold": "0.2",

@@ -98,6 +98,8 @@ def test_times_without_offset_are_utc():
         ({"kind": "class_cost", "max_victims": -1}, "max_victims"),
         ({"kind": "class_cost", "checkpoint_timeout_minutes": "ten"}, "checkpoint_timeout_minutes"),
         ({"kind": "class_cost", "reclaim_rule": "never"}, "reclaim_rule"),
+        ({"kind": "class_cost", "max_deferral_minutes": -1}, "max_deferral_minutes"),
+        ({"kind": "priority", "max_deferral_minutes": 1441}, "max_deferral_minutes"),
         ({"kind": "fair_share", "tolerance": -0.1}, "tolerance"),
         ({"kind": "fair_share", "enable_aggressive": "yes"}, "enable_aggressive"),
         ({"kind": "class_cost", "surprise": 1}, "surprise"),

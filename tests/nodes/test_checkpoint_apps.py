@@ -1,0 +1,156 @@
+"""The checkpoint protocol end to end, from the application's side: real application processes
+under a real agent process, over a real Daphne, submitted through the API, preempted by the
+pass, with deadlines kept by the periodic sweep (called here as the beat would).
+
+Three applications answer the checkpoint hint: one slow but reporting progress (it gets its one
+50 % extension and is suspended), one deferring past the group's maximum deferral (forced), and
+one saying nothing (terminated, failed). Short deadlines come from the group's policy.
+Needs PostgreSQL (shared with the Daphne process) and Redis (shared channel layer).
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from scheduling.actions.lifecycle import sweep
+from scheduling.models import Allocation
+from scheduling.passes.run import schedule_pass
+from tests.nodes.test_end_to_end import _alive, _connected_agent, wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+# argv: the behaviour on the checkpoint hint. Uses only the helper (no network client).
+APP = '''
+import os, pathlib, signal, sys, time
+from nodes.checkpoint import defer, done, progress
+d = pathlib.Path(os.environ["LATTICE_CHECKPOINT_DIR"])
+mode = sys.argv[1]
+hinted = []
+signal.signal(signal.SIGUSR1, signal.SIG_IGN if mode == "silent" else (lambda *_: hinted.append(1)))
+(d / "pid").write_text(str(os.getpid()))
+while not hinted:
+    time.sleep(0.05)
+if mode == "slow":  # 7.5 s: past the 6 s timeout, within its 50 % extension (9 s)
+    for step in range(15):
+        progress(step * 100 / 15, eta_s=(15 - step) * 0.5)
+        time.sleep(0.5)
+    (d / "state.json").write_text("{}")
+    done()
+elif mode == "defer":  # asks 4 s twice: 6 s is the group's maximum; then never finishes
+    defer(4)
+    time.sleep(1)
+    defer(4)
+    for step in range(1000):
+        progress(min(99, step))
+        time.sleep(0.5)
+time.sleep(600)
+'''
+
+
+def _policy(operator, **fields) -> None:
+    ops = Client()
+    ops.force_login(operator)
+    response = ops.put("/api/v1/resource-groups/rg-main/policy/",
+                       {"policy": {"kind": "class_cost", **fields}, "reason": "short checkpoints for the test"},
+                       content_type="application/json")
+    assert response.status_code == 200, response.content
+
+
+def _submit(alice: Client, klass: int, command: list[str]) -> int:
+    response = alice.post("/api/v1/allocations/", {
+        "resource_group": "rg-main", "vcluster": "hpc", "nodes": 1, "per_node": {"gpu": 8},
+        "preemption_class": klass, "checkpoint": "auto", "command": command}, content_type="application/json")
+    assert response.status_code == 201, response.content
+    return int(response.json()["id"])
+
+
+def _history(alice: Client, pk: int) -> list[dict]:
+    response = alice.get(f"/api/v1/allocations/{pk}/events/")
+    assert response.status_code == 200
+    return response.json()["results"]
+
+
+def _when(event: dict) -> datetime:
+    return datetime.fromisoformat(event["created_at"].replace("Z", "+00:00"))
+
+
+def _preempt(tmp_path, node, agent_factory, resource_group, tenant, mode: str) -> tuple[Client, int, int, Path]:
+    """The app in ``mode`` runs (class 1) and is asked to checkpoint for a class-7 job."""
+    _connected_agent(tmp_path, node, agent_factory)
+    app = tmp_path / "checkpointing_app.py"
+    app.write_text(APP)
+    alice = Client()
+    alice.force_login(tenant.memberships.first().user)
+    low = _submit(alice, 1, [sys.executable, str(app), mode])
+    schedule_pass(resource_group.pk)
+    ckpt = tmp_path / "agent" / "checkpoints" / str(low)
+    wait_for(lambda: (ckpt / "pid").exists(), 30, "the application to run and wait for the hint")
+    high = _submit(alice, 7, [sys.executable, "-c", "pass"])
+    schedule_pass(resource_group.pk)
+    assert Allocation.objects.get(pk=low).state == "checkpointing"
+    return alice, low, high, ckpt
+
+
+def _sweep_until_it_leaves(pk: int) -> Allocation:
+    def left() -> Allocation | None:
+        sweep()  # the periodic task: deadlines are due about a second apart here
+        alloc = Allocation.objects.get(pk=pk)
+        return alloc if alloc.state != "checkpointing" else None
+
+    return wait_for(left, 40, "the victim to leave checkpointing")
+
+
+def test_a_slow_application_reporting_progress_gets_its_one_extension_and_is_suspended(
+        tmp_path, operator, tenant_physics, resource_group, vcluster_hpc, node_gpu_a, agent_factory):
+    _policy(operator, checkpoint_timeout_minutes=0.1)  # 6 s
+    alice, low, _, ckpt = _preempt(tmp_path, node_gpu_a, agent_factory, resource_group, tenant_physics,
+                                     "slow")
+
+    alloc = _sweep_until_it_leaves(low)
+    assert alloc.state == "pending" and alloc.resume_from_checkpoint and alloc.preempted_count == 1
+    assert alloc.deadline_extended and alloc.checkpoint_location == str(ckpt)
+    history = _history(alice, low)
+    reasons = [e["reason"] for e in history]
+    assert "checkpoint deadline extended by 3.0s (responsive, once)" in reasons
+    done = next(e for e in history if e["to_state"] == "suspended")
+    assert done["reason"].startswith("checkpoint done in ")
+    assert float(done["reason"].removeprefix("checkpoint done in ").rstrip("s")) > 6  # past the first deadline
+    wait_for(lambda: not _alive(int((ckpt / "pid").read_text())), 30, "the checkpointed process to be stopped")
+
+
+def test_an_application_deferring_past_the_maximum_is_forced(
+        tmp_path, operator, tenant_physics, resource_group, vcluster_hpc, node_gpu_a, agent_factory):
+    _policy(operator, checkpoint_timeout_minutes=0.05, max_deferral_minutes=0.1)  # 3 s, at most 6 s more
+    alice, low, _, ckpt = _preempt(tmp_path, node_gpu_a, agent_factory, resource_group, tenant_physics,
+                                     "defer")
+
+    alloc = _sweep_until_it_leaves(low)
+    assert alloc.state == "failed" and alloc.deferred_seconds == 6 and not alloc.deadline_extended
+    history = _history(alice, low)
+    reasons = [e["reason"] for e in history]
+    assert [r for r in reasons if r.startswith("checkpoint deferral")] == [
+        "checkpoint deferral: asked 4s, granted 4s", "checkpoint deferral: asked 4s, granted 2s"]
+    assert reasons[-1] == "checkpoint timed out after the maximum deferral: terminated"
+    asked = next(e for e in history if e["to_state"] == "checkpointing" and e["from_state"] == "running")
+    assert (_when(history[-1]) - _when(asked)).total_seconds() >= 9 - 0.1  # 3 s + 6 s deferred
+    wait_for(lambda: not _alive(int((ckpt / "pid").read_text())), 30, "the forced process to be terminated")
+    assert not Allocation.objects.filter(requeued_from_id=low).exists()  # requeue policy on_node_failure
+
+
+def test_an_application_that_says_nothing_is_terminated_and_fails(
+        tmp_path, operator, tenant_physics, resource_group, vcluster_hpc, node_gpu_a, agent_factory):
+    _policy(operator, checkpoint_timeout_minutes=0.05)  # 3 s
+    alice, low, high, ckpt = _preempt(tmp_path, node_gpu_a, agent_factory, resource_group, tenant_physics,
+                                     "silent")
+
+    alloc = _sweep_until_it_leaves(low)
+    assert alloc.state == "failed" and not alloc.deadline_extended and alloc.checkpoint_progress_at is None
+    assert _history(alice, low)[-1]["reason"] == "checkpoint timed out: terminated"
+    wait_for(lambda: not _alive(int((ckpt / "pid").read_text())), 30, "the silent process to be terminated")
+    schedule_pass(resource_group.pk)
+    wait_for(lambda: Allocation.objects.get(pk=high).state == "completed", 30, "the class-7 job to run")
