@@ -61,8 +61,13 @@ def test_a_victim_that_used_every_deferral_is_forced_at_its_deadline_without_an_
     low.refresh_from_db()
     allocation_deadline(allocation=low, now=low.deadline_at + timedelta(seconds=1))
     low.refresh_from_db()
-    assert low.state == "failed" and not low.deadline_extended
-    assert _history(low)[-1] == "checkpoint timed out after the maximum deferral: terminated"
+    # Forced: it stops (keeping its nodes until it is gone), with no extension on top.
+    assert low.state == "terminating" and not low.deadline_extended
+    assert _history(low)[-1] == "checkpoint timed out after the maximum deferral: stopping"
+    allocation_deadline(allocation=low, now=low.deadline_at + timedelta(seconds=1))
+    low.refresh_from_db()
+    assert low.state == "failed"
+    assert _history(low)[-1] == "checkpoint timed out after the maximum deferral; killed after grace"
 
 
 def test_a_victim_that_deferred_less_than_the_maximum_still_gets_its_extension(checkpointing):
