@@ -35,6 +35,9 @@ POLICY_FIELDS: list[tuple[str, forms.Field, tuple[str, ...] | None]] = [
                                                    help_text="Blank: no limit."), None),
     ("reclaim_rule", forms.ChoiceField(choices=_choices(RECLAIM_RULES), initial="any"), None),
     ("checkpoint_timeout_minutes", forms.FloatField(min_value=0, initial=10), ("class_cost",)),
+    ("borrowed_risk", forms.FloatField(min_value=0, max_value=1, initial=0,
+                                       help_text="Work on a borrowed node: its checkpoint cost is discounted by "
+                                                 "this share (0 to 1; 0: none)."), ("class_cost",)),
     ("preemptible_priority", forms.IntegerField(required=False, min_value=0, max_value=100), ("priority",)),
     ("victim_scope", forms.ChoiceField(choices=_choices(VICTIM_SCOPES), initial="resource_group"), ("priority",)),
     ("preemption_order", forms.ChoiceField(choices=_choices(PREEMPTION_ORDERS), initial="newest"), ("priority",)),
