@@ -6,6 +6,7 @@ from django.db.models import Max
 
 from scheduling.models import Allocation, PreemptionDecision, Quota, ResourceGroup
 from scheduling.passes.holds import holds_of
+from scheduling.passes.score import SCORED_WINDOW, QueueScorer
 from scheduling.passes.snapshot import ALLOCATION_FIELDS
 from scheduling.states import State
 
@@ -18,16 +19,25 @@ QUEUE_ORDER = {
 }
 
 
-def pending_queue(group: ResourceGroup, kind: str, limit: int, held: set[int] | None = None) -> list[dict]:
+def pending_queue(group: ResourceGroup, kind: str, limit: int, held: set[int] | None = None,
+                  scorer: QueueScorer | None = None) -> list[dict]:
     """Pending work in the policy's order; submission time is kept across requeues.
     Preemptors already holding nodes (``held``, read here if not given) come first: their nodes
-    are being freed for them."""
+    are being freed for them. A class_cost queue given a ``scorer`` is ordered by the Lattice
+    score (passes/score.py) over its first ``SCORED_WINDOW`` requests in class order."""
     if held is None:
         held = set(holds_of(group))
+    take = limit + len(held)
+    scored = kind == "class_cost" and scorer is not None
     rows = list(Allocation.objects.filter(resource_group=group, state=State.PENDING)
-                .order_by(*QUEUE_ORDER[kind]).values(*ALLOCATION_FIELDS, "tenant_id")[: limit + len(held)])
+                .order_by(*QUEUE_ORDER[kind]).values(*ALLOCATION_FIELDS, "tenant_id")[: max(take, SCORED_WINDOW)
+                                                                                       if scored else take])
     if kind == "fair_share":
         rows = _by_deficit(rows)
+    elif scored:
+        assert scorer is not None
+        rows = scorer.order(rows)
+        rows = ([r for r in rows if r["id"] in held] + [r for r in rows if r["id"] not in held])[:take]
     return sorted(rows, key=lambda r: r["id"] not in held)
 
 
