@@ -130,11 +130,47 @@ class Score:
                 "weights": {k: round(v, 6) for k, v in self.weights.items()}}
 
 
+def weight_of(term: str) -> str:
+    """The weight of a term: w3 for f3."""
+    return "w" + term[1:]
+
+
 def combine(weights: Mapping[str, float], terms: Mapping[str, float], used: float | None) -> Score:
     """Σ wᵢ·fᵢ over the nine terms (a missing term is neutral, a missing weight 0), times the
     budget penalty of ``used``."""
     full = {k: float(terms.get(k, NEUTRAL)) for k in TERMS}
-    w = {k: float(weights.get(k, 0.0)) for k in TERMS}
-    base = sum(w[k] * full[k] for k in TERMS)
+    w = {weight_of(k): float(weights.get(weight_of(k), 0.0)) for k in TERMS}
+    base = sum(w[weight_of(k)] * full[k] for k in TERMS)
     penalty = budget_penalty(used)
     return Score(full, w, base, penalty, used, base * penalty)
+
+
+def explain_score(stored: Mapping[str, object] | None) -> dict[str, object] | None:
+    """A stored score (``Score.to_dict()``) as a reader sees it: each term named with its value,
+    weight and part of the sum, and one sentence."""
+    if not stored or "terms" not in stored:
+        return None
+    values = stored.get("terms")
+    weights = stored.get("weights")
+    if not isinstance(values, Mapping) or not isinstance(weights, Mapping):
+        return None
+    rows = [{"term": k, "name": TERM_NAMES[k], "value": _num(values.get(k, NEUTRAL)),
+             "weight": _num(weights.get(weight_of(k), 0.0)),
+             "part": round(_num(values.get(k, NEUTRAL)) * _num(weights.get(weight_of(k), 0.0)), 6)}
+            for k in TERMS]
+    used = stored.get("budget_used")
+    if used is None:
+        budget = "no GPU-hours budget"
+    elif used == "inf":
+        budget = "a zero GPU-hours budget already used"
+    else:
+        budget = f"{_num(used) * 100:.0f}% of this month's GPU-hours budget used"
+    parts = ", ".join(f"{r['name']} {r['value']:.2f} x {r['weight']:.2f}" for r in rows if r["weight"])
+    summary = (f"Queue score {_num(stored.get('score')):.3f} = weighted terms {_num(stored.get('base')):.3f} "
+               f"x budget penalty {_num(stored.get('penalty')):.2f} ({budget}). Terms: {parts}.")
+    return {"score": stored["score"], "base": stored["base"], "penalty": stored["penalty"], "budget_used": used,
+            "summary": summary, "terms": rows}
+
+
+def _num(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0
