@@ -160,12 +160,22 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
         lines = [f"#{e['allocation']} is {e['state']}"]
         if e.get("waiting"):
             lines.append("why it waits: " + _decision_text(e["waiting"]))
+        if e.get("queue_score"):
+            lines += _score_lines(e["queue_score"])
         lines += [f"preempted (decision {p['id']}, {p['created_at']}): {p['explanation']}" for p in e["preemptions"]]
         return show(e, "\n".join(lines))
     if args.cmd == "cancel":
         a = client.call("POST", path + "cancel/", {})
         return show(a, f"#{a['id']} is {a['state']}")
     raise Usage(f"unknown command {args.cmd}")  # argparse refuses it first
+
+
+def _score_lines(score: dict) -> list[str]:
+    """Where it stands in the queue: the score's sentence, then each term with its weight."""
+    lines = [score.get("summary") or f"queue score {score.get('score')}"]
+    lines += [f"  {t['term']} {t['name']:<22} {t['value']:.3f} x {t['weight']:.2f} = {t['part']:.3f}"
+              for t in score.get("terms", [])]
+    return lines
 
 
 def _token(args: argparse.Namespace) -> str:

@@ -38,6 +38,9 @@ POLICY_FIELDS: list[tuple[str, forms.Field, tuple[str, ...] | None]] = [
     ("max_deferral_minutes", forms.FloatField(min_value=0, max_value=1440, initial=5, help_text=(
         "Checkpoint deferrals an application may ask for, in total per checkpoint; then it is forced.")),
      None),
+    ("borrowed_risk", forms.FloatField(required=False, min_value=0, max_value=1, initial=0,
+                                       help_text="Work on a borrowed node: its checkpoint cost is discounted by "
+                                                 "this share (0 to 1; blank or 0: none)."), ("class_cost",)),
     ("preemptible_priority", forms.IntegerField(required=False, min_value=0, max_value=100), ("priority",)),
     ("victim_scope", forms.ChoiceField(choices=_choices(VICTIM_SCOPES), initial="resource_group"), ("priority",)),
     ("preemption_order", forms.ChoiceField(choices=_choices(PREEMPTION_ORDERS), initial="newest"), ("priority",)),
@@ -94,6 +97,8 @@ class PolicyFieldsMixin(forms.Form):
             value = data[key]
             if value == "" and name == "preempt_for":
                 value = None
+            if value is None and name == "borrowed_risk":
+                value = 0.0
             if name == "preempt_jobtypes":
                 value = list(value or [])
             policy[name] = value

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from scheduling.engine.score import explain_score
 from scheduling.models import (
     Allocation,
     AllocationEvent,
@@ -143,8 +144,8 @@ def redact_decisions(records: list[PreemptionDecision], user: Any) -> list[dict[
                    preemptor__preemption_class=preemptor.preemption_class if preemptor else None)
         rows.append(row)
     if is_operator(user):
-        return [{**_redact(row, {}, None), "candidates": record.candidates, "policy": record.policy_snapshot}
-                for row, record in zip(rows, records, strict=True)]
+        return [{**_redact(row, {}, None), "candidates": record.candidates, "policy": record.policy_snapshot,
+                 "queue_score": explain_score(record.queue_score)} for row, record in zip(rows, records, strict=True)]
     mine = set(tenant_ids(user))
     victims = victim_tenants([record.pk for record in records])
     # Candidates of the reader's own decisions that are the reader's own work (a hold: nodes kept
@@ -161,7 +162,10 @@ def redact_decisions(records: list[PreemptionDecision], user: Any) -> list[dict[
             own_ids |= {c["id"] for c in record.candidates if candidate_allocation(c.get("id")) in own_work}
         candidates = [c for c in record.candidates if c.get("id") in own_ids]
         hidden = len([c for c in record.candidates if "id" in c]) - len(candidates)
-        out.append({**_redact(row, chosen, mine), "candidates": candidates, "other_candidates": hidden})
+        # The queue score speaks of the preemptor's tenant (its budget, its share): its readers only.
+        score = explain_score(record.queue_score) if row["preemptor__tenant_id"] in mine else None
+        out.append({**_redact(row, chosen, mine), "candidates": candidates, "other_candidates": hidden,
+                    "queue_score": score})
     return out
 
 

@@ -162,9 +162,12 @@ def api_for(client):
 
 @pytest.fixture(autouse=True)
 def no_kept_snapshots():
-    """Each test starts without snapshots kept by an earlier test's passes (PostgreSQL)."""
-    from scheduling.passes import snapshot_cache
+    """Each test starts without snapshots (PostgreSQL) or tenants' GPU-hours kept by an earlier
+    test's passes."""
+    from scheduling.passes import budget, snapshot_cache
 
     snapshot_cache.forget()
+    budget.forget_use()
     yield
     snapshot_cache.forget()
+    budget.forget_use()

@@ -63,12 +63,15 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])
     def explain(self, request: Request, pk: str | None = None) -> Response:
-        """Why it waits (its latest decision) and why it was preempted (each decision that chose it)."""
+        """Why it waits (its latest decision, with its queue score and the score's terms in a
+        class_cost group) and why it was preempted (each decision that chose it)."""
         alloc = self.get_object()
         latest_shown, shown = explanation(alloc, request.user)
+        waiting = latest_shown if alloc.state == "pending" else None
         return Response({
             "allocation": alloc.pk, "state": alloc.state,
-            "waiting": latest_shown if alloc.state == "pending" else None,
+            "waiting": waiting,
+            "queue_score": (waiting or {}).get("queue_score"),
             "latest_decision": latest_shown,
             "preemptions": shown,
         })

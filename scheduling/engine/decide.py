@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .cluster import EPS, BArr, Cluster, FArr, IArr
-from .eligibility import CODES, Gates, Judged, judge
+from .eligibility import CODES, Gates, Judged, cost_key, judge
 from .explain import explain
 from .model import Allocation, Policy, Scenario, effective_mode, victim_action
 from .placement import RequestView
@@ -201,7 +201,7 @@ def _select(cluster: Cluster, view: RequestView, policy: Policy, req: Allocation
         assert judged.cost is not None
         value = None if gates.sensitive else req.value
         return select_class_cost(view, pool, judged.cost, judged.start, bound, value,
-                                 (now, policy.checkpoint_timeout_minutes))
+                                 cost_key(policy, now))
     if kind == "priority":
         return select_priority(view, pool, judged.start, bound, now, policy.preemption_order == "newest")
     walk = _walk_positions(cluster, policy, gates, now)

@@ -260,8 +260,15 @@ def fair_share_bands(cluster: Cluster, policy: Policy, now: float) -> IArr:
     return result
 
 
+def cost_key(policy: Policy, now: float) -> tuple[float, ...]:
+    """What class_cost's costs depend on besides the snapshot (the key of what is cached on them)."""
+    return (now, policy.checkpoint_timeout_minutes, policy.borrowed_risk)
+
+
 def class_cost(cluster: Cluster, policy: Policy, now: float) -> FArr:
-    """checkpoint term + lost work + walltime term, halved when the tenant bursts above its share."""
+    """checkpoint term + lost work + walltime term, halved when the tenant bursts above its share.
+    On a borrowed node the checkpoint term (or the work lost) is discounted by the policy's
+    ``borrowed_risk``: such work was placed knowing its nodes may be reclaimed."""
     def build() -> FArr:
         n = cluster.slots
         start, elapsed, _, has_wall = _times(cluster, now)
@@ -272,6 +279,8 @@ def class_cost(cluster: Cluster, policy: Policy, now: float) -> FArr:
         lost = (now - since) / HOUR * cluster.a_nnodes[:n] * cluster.a_first_gpu[:n]
         total = np.where(ckpt == 0, cluster.a_ckpt_min[:n],
                          np.where(ckpt == 1, policy.checkpoint_timeout_minutes, lost))
+        if policy.borrowed_risk > 0:
+            total = np.where(cluster.a_on_borrowed[:n], total * (1.0 - policy.borrowed_risk), total)
         with np.errstate(divide="ignore", invalid="ignore"):
             f = np.where(has_wall, elapsed / (np.where(has_wall, wall, 1.0) * MINUTE), 0.0)
         term = np.where(f >= 0.9 - EPS, 1000.0, np.where(f < 0.1 - EPS, 1.0, f * 100.0))
@@ -282,5 +291,5 @@ def class_cost(cluster: Cluster, policy: Policy, now: float) -> FArr:
         result: FArr = np.where(halve, total / 2.0, total)
         return result
 
-    result: FArr = cluster.cached(("cost", now, policy.checkpoint_timeout_minutes), build)
+    result: FArr = cluster.cached(("cost", *cost_key(policy, now)), build)
     return result

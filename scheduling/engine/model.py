@@ -42,6 +42,9 @@ class Policy:
     reclaim_rule: str = "any"
     checkpoint_timeout_minutes: float = 10
     max_deferral_minutes: float = 5
+    # class_cost: the implicit preemption risk of work on a borrowed node (0..1); its checkpoint
+    # term costs (1 - borrowed_risk) of what it would on a home node. 0: no discount.
+    borrowed_risk: float = 0.0
     preemptible_priority: int | None = None
     victim_scope: str = "resource_group"
     preemption_order: str = "newest"

@@ -77,6 +77,7 @@ def read_policy(errors: _Errors, path: str, obj: Any) -> Policy:
         reclaim_rule=r.string("reclaim_rule", d.reclaim_rule, nullable=False, choices=RECLAIM_RULES),
         checkpoint_timeout_minutes=r.number("checkpoint_timeout_minutes", d.checkpoint_timeout_minutes),
         max_deferral_minutes=r.number("max_deferral_minutes", d.max_deferral_minutes, hi=MAX_DEFERRAL_MINUTES),
+        borrowed_risk=r.number("borrowed_risk", d.borrowed_risk, hi=1.0),
         preemptible_priority=r.integer("preemptible_priority", None, lo=0, hi=100, nullable=True),
         victim_scope=r.string("victim_scope", d.victim_scope, nullable=False, choices=VICTIM_SCOPES),
         preemption_order=r.string("preemption_order", d.preemption_order, nullable=False,

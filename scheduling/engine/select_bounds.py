@@ -52,7 +52,7 @@ def node_entries(cluster: Cluster) -> tuple[IArr, IArr]:
     return _node_sorted(cluster, ("node_entries",), lambda live: ())
 
 
-def cost_order(cluster: Cluster, cost: FArr, cost_key: tuple[float, float]) -> tuple[IArr, IArr]:
+def cost_order(cluster: Cluster, cost: FArr, cost_key: tuple[float, ...]) -> tuple[IArr, IArr]:
     """By node, cheapest first."""
     return _node_sorted(cluster, ("cost_order", *cost_key), lambda live: (cost[cluster.e_alloc[live]],))
 
@@ -77,7 +77,7 @@ def _positions(node_of: IArr) -> IArr:
     return result
 
 
-def _compute(view: RequestView, mask: BArr, cost: FArr, cost_key: tuple[float, float],
+def _compute(view: RequestView, mask: BArr, cost: FArr, cost_key: tuple[float, ...],
              nodes: IArr | None) -> tuple[FArr, IArr]:
     """Bounds from the masked entries, for every node or for ``nodes`` only (others left as
     if they had no entries)."""
@@ -122,7 +122,7 @@ def pool_mask(cluster: Cluster, ents: IArr) -> BArr:
 
 
 def lower_bounds(view: RequestView, ents: IArr, mask: BArr, potential: BArr, cost: FArr,
-                 cost_key: tuple[float, float]) -> tuple[FArr, IArr]:
+                 cost_key: tuple[float, ...]) -> tuple[FArr, IArr]:
     """Per node, for sets of two victims or more: the fewest victims that could make it fit (at
     least two), and the sum of that many cheapest costs (infinite where no such set can).
     ``mask`` is ``pool_mask(cluster, ents)``."""

@@ -25,7 +25,7 @@ from .select_bounds import lower_bounds, node_entries, pool_mask
 
 
 def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bound: int | None,
-                      value: float | None, cost_key: tuple[float, float]) -> Selection:
+                      value: float | None, cost_key: tuple[float, ...]) -> Selection:
     ents = pool_entries(view, pool)
     potential, _ = potential_nodes(view, ents)
     if not len(ents) or not feasible_with_all(view, potential):
@@ -49,7 +49,7 @@ def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bo
 
 
 def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr, start: FArr, rank: IArr,
-                      bound: int | None, cost_key: tuple[float, float], eligible: int) -> _Best:
+                      bound: int | None, cost_key: tuple[float, ...], eligible: int) -> _Best:
     cluster = view.cluster
     best = _Best()
     if bound is not None and bound < 1:

@@ -19,6 +19,19 @@ def validate_policy(value: Any) -> None:
         raise ValidationError({path or "policy": msg for path, msg in exc.errors}) from None
 
 
+WEIGHT_KEYS = tuple(f"w{i}" for i in range(1, 10))
+
+
+def validate_weights(value: Any) -> None:
+    if not isinstance(value, dict):
+        raise ValidationError("must be an object of weights w1..w9")
+    for key, weight in value.items():
+        if key not in WEIGHT_KEYS:
+            raise ValidationError(f"unknown weight {key!r}: the weights are w1..w9")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 1:
+            raise ValidationError(f"{key} must be a number from 0 to 1")
+
+
 class ResourceGroup(models.Model):
     """A disjoint set of nodes; the scope of one scheduler pass and of one policy."""
 
@@ -50,14 +63,15 @@ class VClusterType(models.TextChoices):
     INTERACTIVE = "interactive", "Interactive"
 
 
-# Queue-ordering weights by vCluster type (the Lattice scheduling weights w1..w8;
-# ML training weighs checkpoint efficiency, w8, at 0.15).
+# Queue-ordering weights by vCluster type (the Lattice scheduling weights w1..w9 of the score's
+# terms f1..f9, scheduling/engine/score.py; ML training weighs checkpoint efficiency, w8, at
+# 0.15). Conformance (w9) weighs nothing unless a vCluster sets it.
 DEFAULT_WEIGHTS: dict[str, dict[str, float]] = {
-    "hpc_batch": {"w1": 0.25, "w2": 0.20, "w3": 0.15, "w4": 0.10, "w5": 0.10, "w6": 0.10, "w7": 0.05, "w8": 0.05},
-    "ml_training": {"w1": 0.20, "w2": 0.15, "w3": 0.15, "w4": 0.10, "w5": 0.10, "w6": 0.10, "w7": 0.05, "w8": 0.15},
-    "service": {"w1": 0.30, "w2": 0.25, "w3": 0.10, "w4": 0.10, "w5": 0.10, "w6": 0.10, "w7": 0.05, "w8": 0.00},
-    "sensitive": {"w1": 0.40, "w2": 0.20, "w3": 0.10, "w4": 0.10, "w5": 0.10, "w6": 0.10, "w7": 0.00, "w8": 0.00},
-    "interactive": {"w1": 0.35, "w2": 0.25, "w3": 0.10, "w4": 0.10, "w5": 0.10, "w6": 0.05, "w7": 0.05, "w8": 0.00},
+    "hpc_batch": {"w1": 0.25, "w2": 0.20, "w3": 0.15, "w4": 0.10, "w5": 0.10, "w6": 0.10, "w7": 0.05, "w8": 0.05, "w9": 0.00},
+    "ml_training": {"w1": 0.20, "w2": 0.15, "w3": 0.15, "w4": 0.10, "w5": 0.10, "w6": 0.10, "w7": 0.05, "w8": 0.15, "w9": 0.00},
+    "service": {"w1": 0.30, "w2": 0.25, "w3": 0.10, "w4": 0.10, "w5": 0.10, "w6": 0.10, "w7": 0.05, "w8": 0.00, "w9": 0.00},
+    "sensitive": {"w1": 0.40, "w2": 0.20, "w3": 0.10, "w4": 0.10, "w5": 0.10, "w6": 0.10, "w7": 0.00, "w8": 0.00, "w9": 0.00},
+    "interactive": {"w1": 0.35, "w2": 0.25, "w3": 0.10, "w4": 0.10, "w5": 0.10, "w6": 0.05, "w7": 0.05, "w8": 0.00, "w9": 0.00},
 }
 
 
@@ -72,7 +86,9 @@ class VCluster(models.Model):
     allow_aggressive_preemption = models.BooleanField(
         default=True, help_text="fair_share: its work in the aggressive-only band may be taken by an "
                                 "aggressively starving tenant.")
-    weights = models.JSONField(default=dict, blank=True, help_text="Queue-ordering weights; empty = type defaults.")
+    weights = models.JSONField(default=dict, blank=True, validators=[validate_weights],
+                               help_text='Queue-ordering weights w1..w9 (0..1), e.g. {"w8": 0.2}; '
+                                         'a weight not given keeps its type default.')
     tenants = models.ManyToManyField("scheduling.Tenant", blank=True, related_name="vclusters",
                                      help_text="Tenants that may submit here; none = every tenant.")
 

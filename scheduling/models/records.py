@@ -38,6 +38,8 @@ class PreemptionDecision(models.Model):
     victim_allocations = models.ManyToManyField("scheduling.Allocation", blank=True, related_name="preempted_in")
     released_at = models.DateTimeField(null=True, blank=True,
                                        help_text="When every victim had released (the preemptor could start).")
+    queue_score = RecordJSONField(null=True, blank=True,
+                                  help_text="A waiting request's queue score and its terms (class_cost groups).")
 
     class Meta:
         ordering = ["-created_at", "-id"]

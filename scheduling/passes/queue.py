@@ -11,6 +11,7 @@ from django.utils import timezone
 from scheduling.models import Allocation, PreemptionDecision, ResourceGroup
 from scheduling.passes.fairshare import Standing, standing_by_tenant
 from scheduling.passes.holds import holds_of
+from scheduling.passes.score import SCORED_WINDOW, QueueScorer
 from scheduling.passes.snapshot import ALLOCATION_FIELDS
 from scheduling.states import State
 
@@ -26,17 +27,25 @@ QUEUE_ORDER: dict[str, list[Any]] = {
 
 
 def pending_queue(group: ResourceGroup, kind: str, limit: int, held: set[int] | None = None,
-                  standing: dict[int, Standing] | None = None) -> list[dict]:
+                  standing: dict[int, Standing] | None = None, scorer: QueueScorer | None = None) -> list[dict]:
     """Pending work in the policy's order; submission time is kept across requeues.
     Preemptors already holding nodes (``held``, read here if not given) come first: their nodes
     are being freed for them. A fair_share pass gives ``standing`` (its tenants' tracked shares);
-    elsewhere the tracked rows are read."""
+    elsewhere the tracked rows are read. A class_cost queue given a ``scorer`` is ordered by the
+    Lattice score (passes/score.py) over its first ``SCORED_WINDOW`` requests in class order."""
     if held is None:
         held = set(holds_of(group))
+    take = limit + len(held)
+    scored = kind == "class_cost" and scorer is not None
     qs = Allocation.objects.filter(resource_group=group, state=State.PENDING)
     if kind == "fair_share":
         qs = _by_deficit(qs, standing if standing is not None else standing_by_tenant(group, timezone.now()))
-    rows = list(qs.order_by(*QUEUE_ORDER[kind]).values(*ALLOCATION_FIELDS, "tenant_id")[: limit + len(held)])
+    rows = list(qs.order_by(*QUEUE_ORDER[kind]).values(*ALLOCATION_FIELDS, "tenant_id")[
+        : max(take, SCORED_WINDOW) if scored else take])
+    if scored:
+        assert scorer is not None
+        rows = scorer.order(rows)
+        rows = ([r for r in rows if r["id"] in held] + [r for r in rows if r["id"] not in held])[:take]
     return sorted(rows, key=lambda r: r["id"] not in held)
 
 

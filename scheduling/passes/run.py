@@ -26,6 +26,7 @@ from scheduling.passes.holds import holds_of, release_reservation, reserve_holds
 from scheduling.passes.locks import group_lock
 from scheduling.passes.queue import last_codes, pending_queue
 from scheduling.passes.records import build_record
+from scheduling.passes.score import QueueScorer, drifted, last_scores
 from scheduling.passes.snapshot import engine_allocation, load_snapshot
 from scheduling.passes.state import PassResult, PassState
 from scheduling.passes.writes import flush_fits, flush_preempts, flush_waits
@@ -55,12 +56,15 @@ def _locked_pass(group: ResourceGroup, budget: int, now: datetime | None) -> Pas
     as_of = now or timezone.now()
     standing = fairshare.track(snap, as_of) if snap.policy.kind == "fair_share" else None
     holds = holds_of(group)
-    queue = pending_queue(group, snap.policy.kind, budget + 1, set(holds), standing)
-    state = PassState(snap=snap, quotas=snap.quotas, as_of=as_of)
+    scorer = QueueScorer(snap, as_of) if snap.policy.kind == "class_cost" else None
+    queue = pending_queue(group, snap.policy.kind, budget + 1, set(holds), standing=standing, scorer=scorer)
+    state = PassState(snap=snap, quotas=snap.quotas, as_of=as_of, scorer=scorer)
     state.result.more = len(queue) > budget
     reserve_holds(snap, holds)
     state.reserved.update(holds)
     state.codes = last_codes([row["id"] for row in queue[:budget]])
+    if scorer is not None:
+        state.scored = last_scores([row["id"] for row in queue[:budget]])
     for row in queue[:budget]:
         _one_request(state, row, holds.get(row["id"], []), now or timezone.now())
     flush_fits(state, now or timezone.now())
@@ -128,19 +132,24 @@ def _apply(state: PassState, row: dict, req: em.Allocation, decision: Decision, 
     if decision.outcome == "fits":
         _place_borrowing(state, row, req, decision, moment)
         return
+    scored = state.scorer.record_of(row["id"]) if state.scorer is not None else None
     if decision.outcome == "wait":
-        if state.codes.get(row["id"]) != decision.code:
+        if state.codes.get(row["id"]) != decision.code or drifted(state.scored.get(row["id"]), scored):
             state.codes[row["id"]] = decision.code
-            state.waits.append((build_record(group, row["id"], decision, snap, state.as_of, latency,
-                                             Execution.RECORDED),
-                                row["tenant_id"], [int(v.id) for v in decision.victims]))
+            record = build_record(group, row["id"], decision, snap, state.as_of, latency, Execution.RECORDED)
+            record.queue_score = scored
+            if scored is not None:
+                state.scored[row["id"]] = float(scored["score"])
+            state.waits.append((record, row["tenant_id"], [int(v.id) for v in decision.victims]))
         state.result.waiting += 1
         return
     record = build_record(group, row["id"], decision, snap, state.as_of, latency,
                           Execution.SHADOW if group.shadow else Execution.EXECUTED)
+    record.queue_score = scored
     state.staged.append((row, decision, record))
     if not group.shadow:
-        fairshare.noted_preemption(snap, state.as_of)  # later decisions of this pass see the victims leaving, written or not yet
+        fairshare.noted_preemption(snap, state.as_of)  # the backoff window starts now
+        # Later decisions of this pass see the victims leaving, written or not yet.
         for v in decision.victims:
             snap.cluster.set_state(v.id, "checkpointing" if v.action == "checkpoint" else "terminating")
 

@@ -10,6 +10,7 @@ from scheduling.engine import model as em
 from scheduling.models import PreemptionDecision
 from scheduling.passes.holds import PassReservations
 from scheduling.passes.quota_book import QuotaBook
+from scheduling.passes.score import QueueScorer
 from scheduling.passes.snapshot import Snapshot
 
 # A staged preemption: its queue row, the engine's decision and its unsaved record.
@@ -48,3 +49,5 @@ class PassState:
     waits: list[Record] = field(default_factory=list)  # records of waits whose reason changed
     reserved: set[int] = field(default_factory=set)  # preemptors whose held nodes the pass keeps
     pending: PassReservations = field(default_factory=PassReservations)  # reserved, not yet in snap
+    scorer: QueueScorer | None = None  # class_cost: the queue's scores, for the records
+    scored: dict[int, float] = field(default_factory=dict)  # each request's last recorded score

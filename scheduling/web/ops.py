@@ -37,7 +37,8 @@ from scheduling.models import (
 )
 from scheduling.passes.fairshare import standings
 from scheduling.passes.queue import pending_queue
-from scheduling.passes.snapshot import policy_of
+from scheduling.passes.score import QueueScorer
+from scheduling.passes.snapshot import load_snapshot, policy_of
 from scheduling.permissions import operator_required
 from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
 from scheduling.states import HOLDING, State
@@ -72,11 +73,14 @@ def group_detail(request: HttpRequest, name: str) -> HttpResponse:
             "node_id", "allocation_id"):
         on.setdefault(node_id, []).append(alloc_id)
     policy = policy_of(group)
-    queue = pending_queue(group, policy.kind, 100)
+    # A class_cost queue is shown in the pass's order, the Lattice score, computed now.
+    scorer = QueueScorer(load_snapshot(group), timezone.now()) if policy.kind == "class_cost" else None
+    queue = pending_queue(group, policy.kind, 100, scorer=scorer)
     latest: dict[int, PreemptionDecision] = {}
     for d in PreemptionDecision.objects.filter(preemptor_id__in=[r["id"] for r in queue]).order_by("id"):
         latest[d.preemptor_id] = d  # the last one wins
-    rows = [{**r, "why": latest.get(r["id"])} for r in queue]
+    rows = [{**r, "why": latest.get(r["id"]), "score": scorer.scores[r["id"]].total if scorer else None}
+            for r in queue]
     shares = standings(group, timezone.now(), policy) if policy.kind == "fair_share" else []
     return render(request, "ops/group.html", {"group": group, "nodes": [(n, on.get(n.pk, [])) for n in nodes],
                                               "queue": rows, "shares": shares})

@@ -137,3 +137,21 @@ def test_it_runs_without_django():
                           env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_explain_prints_a_waiting_jobs_queue_score_and_terms(lattice, resource_group):
+    for _ in range(2):
+        code, out = lattice("submit", "--group", "rg-main", "--vcluster", "hpc", "--gpus", "8", "--class", "3",
+                            "--", "sleep", "60")
+        assert code == 0, out
+        schedule_pass(resource_group.pk)
+    waiting = Allocation.objects.get(state="pending")
+    code, out = lattice("explain", str(waiting.pk))
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0] == f"#{waiting.pk} is pending"
+    assert any(line.startswith("Queue score ") and "budget penalty 1.00 (no GPU-hours budget)" in line
+               for line in lines)
+    term_lines = [line.split() for line in lines if line.startswith("  f")]
+    assert [t[0] for t in term_lines] == [f"f{i}" for i in range(1, 10)]
+    assert " ".join(term_lines[0][:3]) == "f1 priority class" and "0.300 x 0.25 = 0.075" in lines[-9]
