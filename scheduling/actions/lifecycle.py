@@ -62,7 +62,15 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
             return alloc
         mode = mode_of(alloc)
         fields = {"exit_code": exit_code}
-        if alloc.state == State.TERMINATING and alloc.fail_reason:
+        done = reason == "completed" and exit_code == 0
+        if done and alloc.state in (State.CHECKPOINTING, State.TERMINATING):
+            # It finished on its own before it could be stopped (its report may come late, after a
+            # reconnect): its work is done, so it is completed, neither failed nor run again.
+            allocation_transition(allocation=alloc, to=State.COMPLETED, now=moment,
+                                  reason=f"exited: completed (0) while {alloc.state}",
+                                  fields={**fields, "ended_at": moment, "deadline_at": None})
+            allocation_release(allocation=alloc)
+        elif alloc.state == State.TERMINATING and alloc.fail_reason:
             stopped_failed(alloc, f"exited: {reason} ({exit_code})", moment, fields=fields)
         elif alloc.state == State.TERMINATING:
             if mode == "terminate":
@@ -75,7 +83,6 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
             victim_failed(alloc, f"checkpoint failed: exited while checkpointing ({exit_code})", moment,
                            fields=fields)
         else:
-            done = reason == "completed" and exit_code == 0
             allocation_transition(allocation=alloc, to=State.COMPLETED if done else State.FAILED,
                                   reason=f"exited: {reason} ({exit_code})", now=moment,
                                   fields={**fields, "ended_at": moment})

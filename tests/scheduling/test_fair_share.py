@@ -150,5 +150,6 @@ def test_new_settings_are_validated_by_path_and_audited(client, operator, fs_gro
         "policy_preemption_order": "newest", "policy_near_completion_minutes": "5", "policy_min_runtime_minutes": "0",
         "policy_tolerance": "0.8", "policy_preemption_threshold": "1", "policy_aggressive_threshold": "0.2",
         "policy_checkpoint_timeout_minutes": "10", "policy_preemptive_scheduling_backoff_s": "5",
-        "policy_non_preemptible_usage_threshold": "0", "reason": "r", "action": "preview"})
+        "policy_non_preemptible_usage_threshold": "0", "policy_max_deferral_minutes": "5", "reason": "r",
+        "action": "preview"})
     assert "must not be below starvation_timeout_s" in form.content.decode()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from scheduling.actions.preemption import allocation_checkpoint_done
-from scheduling.models import Allocation, PreemptionDecision, SessionType
+from scheduling.models import Allocation, PreemptionDecision, Quota, SessionType
 from scheduling.passes.run import schedule_pass
 
 from .seed_e2e import client_for, explain, nodes, started_ago, states, submit, submitted
@@ -29,6 +29,8 @@ def test_lsf_queues_end_to_end(resource_group, vcluster_hpc, tenant_physics, ten
                                    preemptive=preemptive, preemptable=not preemptive,
                                    max_preemptions_per_job=limit)
     nodes(resource_group, vcluster_hpc, 3)
+    # exclusive jobs are the operator's leave to give (admission refuses them otherwise)
+    Quota.objects.filter(tenant=tenant_physics).update(allow_exclusive=True)
     alice, bob = client_for("alice"), client_for("bob")
     group = resource_group.pk
 
@@ -78,7 +80,10 @@ def test_lsf_queues_end_to_end(resource_group, vcluster_hpc, tenant_physics, ten
     bob_view = explain(bob, c1)["preemptions"]
     assert len(bob_view) == 1 and bob_view[0]["preemptor"] == "a class-0 allocation of another tenant"
     assert bob_view[0]["victims"][0]["id"] == str(c1)
-    alice_view = explain(alice, urgent)["latest_decision"]
+    # The decision that preempted, as alice reads it (her latest may be a later wait for the victim,
+    # when a pass ran between the submission and the test's own).
+    record = PreemptionDecision.objects.get(preemptor_id=urgent, code="PREEMPT")
+    alice_view = alice.get(f"/api/v1/preemptions/{record.pk}/").json()
     assert (alice_view["code"], alice_view["preemptor"]) == ("PREEMPT", urgent)
     assert alice_view["victims"] == [{"id": None, "tenant": "another tenant", "reason": "priority",
                                       "action": "checkpoint"}]
@@ -86,6 +91,7 @@ def test_lsf_queues_end_to_end(resource_group, vcluster_hpc, tenant_physics, ten
 
 
 def test_lsf_settings_are_validated_by_field(resource_group, vcluster_hpc, tenant_physics, operator):
+    nodes(resource_group, vcluster_hpc, 1)  # admission refuses work no node could hold
     op = client_for("op")
     bad = op.put(f"/api/v1/resource-groups/{resource_group.name}/policy/",
                  {"policy": {"kind": "queue", "preempt_for": "mini", "no_preempt_interval_minutes": -5},

@@ -354,3 +354,18 @@ def test_a_checkpoints_duration_is_written_to_its_own_event_only(make_allocation
     reasons = list(AllocationEvent.objects.filter(allocation=alloc, to_state="suspended").order_by("id")
                    .values_list("reason", flat=True))
     assert reasons == ["checkpoint done in 12.0s", "checkpoint done in 40.0s"]
+
+
+@pytest.mark.parametrize("leaving", ["checkpointing", "terminating"])
+def test_a_victim_that_finishes_on_its_own_before_it_is_stopped_is_completed(make_allocation, two_nodes, leaving):
+    """Its exit 0 may arrive late (after a reconnect): the work is done, so it is neither failed
+    (even after a timed-out checkpoint) nor run again, and its nodes are free."""
+    n1, _ = two_nodes
+    alloc = make_allocation(state=leaving, checkpoint="auto", requeue_policy="always",
+                            fail_reason="checkpoint timed out" if leaving == "terminating" else "")
+    Placement.objects.create(allocation=alloc, node=n1, gpu=8)
+    allocation_exited(allocation=alloc, exit_code=0, reason="completed")
+    alloc.refresh_from_db()
+    assert alloc.state == "completed" and alloc.exit_code == 0
+    assert not Placement.objects.filter(allocation=alloc).exists()
+    assert not Allocation.objects.filter(requeued_from=alloc).exists()

@@ -16,9 +16,11 @@ ALLOWED = [
     ("pending", "running"), ("pending", "cancelled"), ("pending", "failed"),
     ("running", "checkpointing"), ("running", "terminating"), ("running", "completed"),
     ("running", "failed"), ("running", "cancelled"),
-    ("checkpointing", "suspended"), ("checkpointing", "terminating"), ("checkpointing", "failed"),
+    ("checkpointing", "suspended"), ("checkpointing", "terminating"), ("checkpointing", "completed"),
+    ("checkpointing", "failed"),
     ("checkpointing", "cancelled"),
-    ("terminating", "pending"), ("terminating", "preempted"), ("terminating", "failed"),
+    ("terminating", "pending"), ("terminating", "preempted"), ("terminating", "completed"),
+    ("terminating", "failed"),
     ("suspended", "pending"), ("suspended", "cancelled"),
 ]
 STATES = ["pending", "running", "checkpointing", "terminating", "suspended", "completed", "failed",
