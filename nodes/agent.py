@@ -1,15 +1,17 @@
 """The Lattice node agent (docs/agent-protocol.md).
 
-    python -m nodes.agent --url ws://HOST/ws/agent/ --token-file PATH [--workdir DIR] [--simulate]
+    lattice-agent --url ws://HOST/ws/agent/ --token-file PATH [--workdir DIR] [--simulate]   (python -m nodes.agent)
 
 Runs each allocation's command as a process group with LATTICE_ALLOCATION_ID,
 LATTICE_CHECKPOINT_DIR and LATTICE_RESUME in its environment; a checkpoint hint
 is SIGUSR1 to the group, and the application answers by creating DONE (or
 FAILED with a message) in its checkpoint directory. ``terminate`` is SIGTERM,
 then SIGKILL after the grace. The agent reconnects with exponential backoff and
-jitter (capped at 30 s), says ``hello`` with what it runs, and keeps reports
-made while disconnected (the latest per allocation) until they are
-acknowledged. ``--simulate`` runs no processes: allocations are timers.
+jitter (capped at 30 s, back to 1 s only once a connection was welcomed), says
+``hello`` with what it runs, and keeps reports made while disconnected (the
+latest per allocation) until they are acknowledged. A revoked token (4401) stops
+it (exit 3) unless ``--retry-revoked``; another agent holding the node (4409)
+makes it wait minutes. ``--simulate`` runs no processes: allocations are timers.
 
 Imports nothing of Django: it runs on compute nodes.
 """
@@ -33,9 +35,14 @@ from typing import Any
 
 import websockets
 
+from scheduling.version import version
+
 log = logging.getLogger("lattice.agent")
-VERSION = "1.0"
+VERSION = version()
 BACKOFF_CAP_S = 30.0
+LONG_BACKOFF_S = 300.0  # after 4409 (another agent holds the node), or 4401 with --retry-revoked
+CLOSE_REVOKED, CLOSE_REPLACED = 4401, 4409
+EXIT_REVOKED = 3
 EXIT_FILE = ".exit-code"
 
 
@@ -71,8 +78,10 @@ class Running:
 
 class Agent:
     def __init__(self, url: str, token: str, workdir: Path, simulate: bool = False,
-                 sim_seconds: float = 3600.0) -> None:
+                 sim_seconds: float = 3600.0, retry_revoked: bool = False) -> None:
         self.url = url
+        self.retry_revoked = retry_revoked
+        self.welcomed = False  # this connection was welcomed: the control plane took the hello
         self.token = token
         self.workdir = workdir
         self.simulate = simulate
@@ -122,13 +131,34 @@ class Agent:
     async def run(self) -> int:
         backoff = 1.0
         while not self.stopping.is_set():
-            try:
-                async with websockets.connect(self.url, additional_headers={"Authorization": f"Bearer {self.token}"},
-                                              max_size=2**20, open_timeout=10, close_timeout=2) as ws:
-                    self.ws = ws
-                    if self.stopping.is_set():  # stopped while connecting: nobody else closes this one
-                        break
-                    backoff = 1.0
+            self.welcomed = False
+            code = await self._session()
+            if self.stopping.is_set():
+                break
+            if self.welcomed:  # a real session ended: start again from a short wait
+                backoff = 1.0
+            if code == CLOSE_REVOKED and not self.retry_revoked:
+                log.error("the token was revoked: stopping (get a new token, or --retry-revoked)")
+                return EXIT_REVOKED
+            if code in (CLOSE_REVOKED, CLOSE_REPLACED):
+                delay = LONG_BACKOFF_S * (0.5 + random.random() / 2)
+                if code == CLOSE_REPLACED:
+                    log.error("another agent holds this node (4409); trying again in %.0f s", delay)
+            else:
+                delay = min(BACKOFF_CAP_S, backoff) * (0.5 + random.random() / 2)
+                backoff = min(BACKOFF_CAP_S, backoff * 2)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), timeout=delay)
+        return 0
+
+    async def _session(self) -> int | None:
+        """One connection, from connecting to its close; the close code, if one came."""
+        code = None
+        try:
+            async with websockets.connect(self.url, additional_headers={"Authorization": f"Bearer {self.token}"},
+                                          max_size=2**20, open_timeout=10, close_timeout=2) as ws:
+                self.ws = ws
+                if not self.stopping.is_set():  # stopped while connecting: the block's exit closes it
                     await self._send_now(self._hello())
                     for frame in list(self.unacked.values()):
                         await self._send_now(frame)
@@ -139,20 +169,16 @@ class Agent:
                         await self._reader(ws)
                     finally:
                         beats.cancel()
-                    _closed(ws.close_code)
-            except websockets.ConnectionClosed as exc:
-                _closed(exc.rcvd.code if exc.rcvd else None)
-            except (TimeoutError, OSError, websockets.InvalidHandshake) as exc:
-                log.warning("cannot reach %s: %s", self.url, exc)
-            finally:
-                self.ws = None
-            if self.stopping.is_set():
-                break
-            delay = min(BACKOFF_CAP_S, backoff) * (0.5 + random.random() / 2)
-            backoff = min(BACKOFF_CAP_S, backoff * 2)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), timeout=delay)
-        return 0
+                    code = ws.close_code
+        except websockets.ConnectionClosed as exc:
+            code = exc.rcvd.code if exc.rcvd else None
+        except (TimeoutError, OSError, websockets.InvalidHandshake) as exc:
+            log.warning("cannot reach %s: %s", self.url, exc)
+            return None
+        finally:
+            self.ws = None
+        log.warning("connection closed (%s)", code)
+        return code
 
     def _hello(self) -> dict[str, Any]:
         return {"type": "hello", "id": uuid.uuid4().hex, "agent_version": VERSION, "capacity": {}, "labels": {},
@@ -179,6 +205,7 @@ class Agent:
             log.warning("refused %s: %s %s", frame.get("id"), frame.get("code"), frame.get("message"))
             self._acked(frame.get("id"))
         elif kind == "welcome":
+            self.welcomed = True
             self.heartbeat_interval = float(frame.get("heartbeat_interval_s", 10))
         elif kind == "start":
             await self._start(frame)
@@ -241,8 +268,8 @@ class Agent:
         if not command:
             command = [sys.executable, "-c", "import time; time.sleep(3600)"]
         (ckpt / EXIT_FILE).unlink(missing_ok=True)
-        launcher = [sys.executable, "-m", "nodes.agent_run", str(ckpt / EXIT_FILE), "--", *command]
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
+        # By its path, so that nothing of Lattice goes on the job's PYTHONPATH, installed or not.
+        launcher = [sys.executable, str(Path(__file__).with_name("agent_run.py")), str(ckpt / EXIT_FILE), "--", *command]
         try:
             proc = await asyncio.create_subprocess_exec(*launcher, env=env, cwd=str(self.workdir),
                                                         start_new_session=True)
@@ -332,22 +359,20 @@ class Agent:
             asyncio.get_running_loop().create_task(self.ws.close())
 
 
-def _closed(code: int | None) -> None:
-    log.warning("connection closed (%s)", code)
-    if code == 4401:
-        log.error("the control plane refused this agent's token")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nodes.agent", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="lattice-agent", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     parser.add_argument("--url", required=True)
     parser.add_argument("--token-file", required=True)
     parser.add_argument("--workdir", default=".")
     parser.add_argument("--simulate", action="store_true")
     parser.add_argument("--sim-seconds", type=float, default=3600.0)
+    parser.add_argument("--retry-revoked", action="store_true",
+                        help=f"on a revoked token, keep trying every {LONG_BACKOFF_S:.0f} s or so instead of "
+                             f"exiting {EXIT_REVOKED}")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s agent %(levelname)s %(message)s")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         token = Path(args.token_file).read_text().strip()
     except OSError as exc:
@@ -358,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    return asyncio.run(_serve(Agent(args.url, token, workdir, args.simulate, args.sim_seconds)))
+    return asyncio.run(_serve(Agent(args.url, token, workdir, args.simulate, args.sim_seconds, args.retry_revoked)))
 
 
 async def _serve(agent: Agent) -> int:
