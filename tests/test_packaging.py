@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from nodes.actions import agent_token_issue
+from nodes.models import Node
+from scheduling.models import Allocation
+from scheduling.passes.run import schedule_pass
 from tests.conftest import ROOT
+from tests.nodes.test_end_to_end import control_plane, daphne, wait_for  # noqa: F401 (fixtures)
 
 PYPROJECT_VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
@@ -98,3 +103,31 @@ def test_the_installed_site_finds_its_templates_static_files_and_migrations(inst
     assert "site-packages/lattice_site/templates/ops/console.html" in template
     assert "site-packages/lattice_site/static/css/lattice.css" in css
     assert int(migrations) > 5
+
+
+@pytest.mark.install
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_the_installed_agent_runs_work_for_a_real_control_plane(installed, tmp_path, resource_group, vcluster_hpc,
+                                                                node_gpu_a, make_allocation, daphne):  # noqa: F811
+    """lattice-agent from the wheel, away from any checkout, against Daphne: hello with the
+    project's version, a job started, its exit reported, and nothing of Lattice on its path."""
+    token_file = tmp_path / "token"
+    token_file.write_text(agent_token_issue(node=node_gpu_a))
+    agent = subprocess.Popen([str(installed / "lattice-agent"), "--url", f"ws://127.0.0.1:{daphne}/ws/agent/",
+                              "--token-file", str(token_file), "--workdir", str(tmp_path / "agent")],
+                             cwd=installed.parent, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    try:
+        wait_for(lambda: Node.objects.get(pk=node_gpu_a.pk).agent_version, 30, "the agent's hello")
+        assert Node.objects.get(pk=node_gpu_a.pk).agent_version == PYPROJECT_VERSION
+        seen = tmp_path / "seen"
+        code = f"import os; open({str(seen)!r}, 'w').write(repr(os.environ.get('PYTHONPATH')))"
+        job = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="none",
+                              vcluster=vcluster_hpc, command=[sys.executable, "-c", code])
+        schedule_pass(resource_group.pk)
+        wait_for(lambda: Allocation.objects.get(pk=job.pk).state == "completed", 30, "the job to run and end")
+        assert seen.read_text() == "None"
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
