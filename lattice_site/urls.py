@@ -10,7 +10,7 @@ from scheduling.web import ops, portal
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path("healthz", views.healthz, name="healthz"),
+    # /healthz, /healthz/live and /healthz/ready are answered by lattice_site.probes.ProbeMiddleware.
     path("metrics", metrics_view, name="metrics"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -1,6 +1,6 @@
 """The Lattice node agent (docs/agent-protocol.md).
 
-    python -m nodes.agent --url ws://HOST/ws/agent/ --token-file PATH [--workdir DIR] [--simulate]
+    lattice-agent --url ws://HOST/ws/agent/ --token-file PATH [--workdir DIR] [--simulate]   (python -m nodes.agent)
 
 Runs each allocation's command as a process group with LATTICE_ALLOCATION_ID,
 LATTICE_CHECKPOINT_DIR and LATTICE_RESUME in its environment; a checkpoint hint
@@ -8,9 +8,11 @@ is SIGUSR1 to the group, and the application answers by creating DONE (or
 FAILED with a message) in its checkpoint directory, reporting PROGRESS and
 asking to DEFER there meanwhile (nodes/checkpoint_files.py). ``terminate`` is SIGTERM,
 then SIGKILL after the grace. The agent reconnects with exponential backoff and
-jitter (capped at 30 s), sends the reports made while disconnected (the latest
-per allocation, kept until acknowledged), then says ``hello`` with what it runs.
-``--simulate`` runs no processes: allocations are timers.
+jitter (capped at 30 s, back to 1 s only once a connection was welcomed), sends the
+reports made while disconnected (the latest per allocation, kept until acknowledged), then says
+``hello`` with what it runs. A revoked token (4401) stops it (exit 3) unless ``--retry-revoked``;
+another agent holding the node (4409) makes it wait minutes. ``--simulate`` runs no processes:
+allocations are timers.
 
 Imports nothing of Django: it runs on compute nodes.
 """
@@ -28,54 +30,29 @@ import signal
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import websockets
 
 from nodes.checkpoint_files import CheckpointFiles, done_location, size_of
+from nodes.processes import EXIT_FILE, Running, alive, recorded_exit_code
+from scheduling.version import version
 
 log = logging.getLogger("lattice.agent")
-VERSION = "1.0"
+VERSION = version()
 BACKOFF_CAP_S = 30.0
-EXIT_FILE = ".exit-code"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is gone for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return True
-
-
-def _exit_code(ckpt: Path) -> int | None:
-    try:
-        return int((ckpt / EXIT_FILE).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-@dataclass
-class Running:
-    allocation: str
-    pid: int = 0
-    phase: str = "running"
-    signalled: str | None = None  # "terminated" or "killed" once we stopped it
-    task: asyncio.Task[Any] | None = None
-    checkpoint_dir: Path = field(default_factory=Path)
+LONG_BACKOFF_S = 300.0  # after 4409 (another agent holds the node), or 4401 with --retry-revoked
+CLOSE_REVOKED, CLOSE_REPLACED = 4401, 4409
+EXIT_REVOKED = 3
 
 
 class Agent:
     def __init__(self, url: str, token: str, workdir: Path, simulate: bool = False,
-                 sim_seconds: float = 3600.0) -> None:
+                 sim_seconds: float = 3600.0, retry_revoked: bool = False) -> None:
         self.url = url
+        self.retry_revoked = retry_revoked
+        self.welcomed = False  # this connection was welcomed: the control plane took the hello
         self.token = token
         self.workdir = workdir
         self.simulate = simulate
@@ -103,8 +80,8 @@ class Agent:
             return
         for alloc, info in data.items():
             entry = Running(alloc, pid=int(info["pid"]), checkpoint_dir=Path(info["checkpoint_dir"]))
-            if self.simulate or not _alive(entry.pid):
-                code = _exit_code(entry.checkpoint_dir)
+            if self.simulate or not alive(entry.pid):
+                code = recorded_exit_code(entry.checkpoint_dir)
                 await self.report({"type": "exited", "allocation": alloc, "exit_code": code,
                                    "reason": "completed" if code == 0 else "failed"})
                 continue
@@ -113,11 +90,11 @@ class Agent:
         self._save()
 
     async def _watch_adopted(self, entry: Running) -> None:
-        while _alive(entry.pid):
+        while alive(entry.pid):
             await asyncio.sleep(0.5)
         self.running.pop(entry.allocation, None)
         self._save()
-        code = _exit_code(entry.checkpoint_dir)
+        code = recorded_exit_code(entry.checkpoint_dir)
         reason = entry.signalled or ("completed" if code == 0 else "failed")
         await self.report({"type": "exited", "allocation": entry.allocation, "exit_code": code, "reason": reason})
 
@@ -125,13 +102,34 @@ class Agent:
     async def run(self) -> int:
         backoff = 1.0
         while not self.stopping.is_set():
-            try:
-                async with websockets.connect(self.url, additional_headers={"Authorization": f"Bearer {self.token}"},
-                                              max_size=2**20, open_timeout=10, close_timeout=2) as ws:
-                    self.ws = ws
-                    if self.stopping.is_set():  # stopped while connecting: nobody else closes this one
-                        break
-                    backoff = 1.0
+            self.welcomed = False
+            code = await self._session()
+            if self.stopping.is_set():
+                break
+            if self.welcomed:  # a real session ended: start again from a short wait
+                backoff = 1.0
+            if code == CLOSE_REVOKED and not self.retry_revoked:
+                log.error("the token was revoked: stopping (get a new token, or --retry-revoked)")
+                return EXIT_REVOKED
+            if code in (CLOSE_REVOKED, CLOSE_REPLACED):
+                delay = LONG_BACKOFF_S * (0.5 + random.random() / 2)
+                if code == CLOSE_REPLACED:
+                    log.error("another agent holds this node (4409); trying again in %.0f s", delay)
+            else:
+                delay = min(BACKOFF_CAP_S, backoff) * (0.5 + random.random() / 2)
+                backoff = min(BACKOFF_CAP_S, backoff * 2)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), timeout=delay)
+        return 0
+
+    async def _session(self) -> int | None:
+        """One connection, from connecting to its close; the close code, if one came."""
+        code = None
+        try:
+            async with websockets.connect(self.url, additional_headers={"Authorization": f"Bearer {self.token}"},
+                                          max_size=2**20, open_timeout=10, close_timeout=2) as ws:
+                self.ws = ws
+                if not self.stopping.is_set():  # stopped while connecting: the block's exit closes it
                     await self.greet()
                     # Heartbeats stop with the connection: a clean close ends the reader, and
                     # waiting for the next heartbeat to fail held a stopping agent up to 10 s.
@@ -140,20 +138,16 @@ class Agent:
                         await self._reader(ws)
                     finally:
                         beats.cancel()
-                    _closed(ws.close_code)
-            except websockets.ConnectionClosed as exc:
-                _closed(exc.rcvd.code if exc.rcvd else None)
-            except (TimeoutError, OSError, websockets.InvalidHandshake) as exc:
-                log.warning("cannot reach %s: %s", self.url, exc)
-            finally:
-                self.ws = None
-            if self.stopping.is_set():
-                break
-            delay = min(BACKOFF_CAP_S, backoff) * (0.5 + random.random() / 2)
-            backoff = min(BACKOFF_CAP_S, backoff * 2)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), timeout=delay)
-        return 0
+                    code = ws.close_code
+        except websockets.ConnectionClosed as exc:
+            code = exc.rcvd.code if exc.rcvd else None
+        except (TimeoutError, OSError, websockets.InvalidHandshake) as exc:
+            log.warning("cannot reach %s: %s", self.url, exc)
+            return None
+        finally:
+            self.ws = None
+        log.warning("connection closed (%s)", code)
+        return code
 
     async def greet(self) -> None:
         """The first frames of a connection: the reports kept while disconnected, then hello. The
@@ -188,6 +182,7 @@ class Agent:
             log.warning("refused %s: %s %s", frame.get("id"), frame.get("code"), frame.get("message"))
             self._acked(frame.get("id"))
         elif kind == "welcome":
+            self.welcomed = True
             self.heartbeat_interval = float(frame.get("heartbeat_interval_s", 10))
         elif kind == "start":
             await self._start(frame)
@@ -250,8 +245,8 @@ class Agent:
         if not command:
             command = [sys.executable, "-c", "import time; time.sleep(3600)"]
         (ckpt / EXIT_FILE).unlink(missing_ok=True)
-        launcher = [sys.executable, "-m", "nodes.agent_run", str(ckpt / EXIT_FILE), "--", *command]
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
+        # By its path, so that nothing of Lattice goes on the job's PYTHONPATH, installed or not.
+        launcher = [sys.executable, str(Path(__file__).with_name("agent_run.py")), str(ckpt / EXIT_FILE), "--", *command]
         try:
             proc = await asyncio.create_subprocess_exec(*launcher, env=env, cwd=str(self.workdir),
                                                         start_new_session=True)
@@ -275,7 +270,7 @@ class Agent:
         if self.running.get(entry.allocation) is entry:
             self.running.pop(entry.allocation)
         self._save()
-        code = _exit_code(entry.checkpoint_dir)
+        code = recorded_exit_code(entry.checkpoint_dir)
         if code is None:
             code = proc.returncode
         reason = entry.signalled or ("completed" if code == 0 else "failed")
@@ -351,22 +346,20 @@ class Agent:
             asyncio.get_running_loop().create_task(self.ws.close())
 
 
-def _closed(code: int | None) -> None:
-    log.warning("connection closed (%s)", code)
-    if code == 4401:
-        log.error("the control plane refused this agent's token")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nodes.agent", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="lattice-agent", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     parser.add_argument("--url", required=True)
     parser.add_argument("--token-file", required=True)
     parser.add_argument("--workdir", default=".")
     parser.add_argument("--simulate", action="store_true")
     parser.add_argument("--sim-seconds", type=float, default=3600.0)
+    parser.add_argument("--retry-revoked", action="store_true",
+                        help=f"on a revoked token, keep trying every {LONG_BACKOFF_S:.0f} s or so instead of "
+                             f"exiting {EXIT_REVOKED}")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s agent %(levelname)s %(message)s")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         token = Path(args.token_file).read_text().strip()
     except OSError as exc:
@@ -377,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    return asyncio.run(_serve(Agent(args.url, token, workdir, args.simulate, args.sim_seconds)))
+    return asyncio.run(_serve(Agent(args.url, token, workdir, args.simulate, args.sim_seconds, args.retry_revoked)))
 
 
 async def _serve(agent: Agent) -> int:

@@ -1,6 +1,6 @@
 """The tenants' command line: submit, list, read and cancel allocations through the REST API.
 
-    python -m scheduling.cli [--url URL] [--token-file PATH] [--json] COMMAND ...
+    lattice [--url URL] [--token-file PATH] [--json] COMMAND ...     (python -m scheduling.cli from a checkout)
 
     submit --group G [--vcluster V] [--session-type S] [--nodes N] [--gpus N] [--cpus N]
            [--memory N] [--class C] [--priority P] [--checkpoint auto|manual|none]
@@ -30,6 +30,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any, TextIO
+
+from scheduling.version import version
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -192,7 +194,8 @@ def _token(args: argparse.Namespace) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m scheduling.cli", description="Lattice allocations from the shell.")
+    p = argparse.ArgumentParser(prog="lattice", description="Lattice allocations from the shell.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     p.add_argument("--url", default=os.environ.get("LATTICE_URL", DEFAULT_URL), help="the Lattice server")
     p.add_argument("--token-file", help="a file holding an API token (else LATTICE_TOKEN)")
     p.add_argument("--json", action="store_true", help="print the API's JSON instead of text")

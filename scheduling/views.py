@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from scheduling.models import Allocation, ResourceGroup
@@ -17,9 +16,3 @@ def home(request: HttpRequest) -> HttpResponse:
     mine = Allocation.objects.filter(tenant__memberships__user=request.user).count()
     return render(request, "home.html", {"groups": groups, "operator": is_operator(request.user),
                                          "my_allocations": mine})
-
-
-def healthz(request: HttpRequest) -> JsonResponse:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-    return JsonResponse({"status": "ok"})

@@ -1,6 +1,6 @@
 """Shared fixtures ("personas") and the rules for tests that need real services.
 
-Tests marked ``postgres``, ``redis`` or ``browser`` run when the service is
+Tests marked ``postgres``, ``redis``, ``browser`` or ``install`` run when the service is
 there. Without it they are skipped with the reason, except under CI=true,
 where a missing service fails the test instead: CI must exercise them.
 """
@@ -50,7 +50,15 @@ def _browser_available() -> str | None:
     return None
 
 
-CHECKS = {"postgres": _postgres_available, "redis": _redis_available, "browser": _browser_available}
+def _install_wanted() -> str | None:
+    """Building and installing a wheel takes a minute or two and PyPI: CI always does it."""
+    if CI or os.environ.get("LATTICE_TEST_INSTALL", "").strip() == "1":
+        return None
+    return "set LATTICE_TEST_INSTALL=1 (CI=true does) to build and install a wheel"
+
+
+CHECKS = {"postgres": _postgres_available, "redis": _redis_available, "browser": _browser_available,
+          "install": _install_wanted}
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -8,10 +8,18 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from scheduling.version import version
+
 from .environment import env
 
-BASE_DIR = Path(__file__).resolve().parent.parent.parent
-VAR_DIR = Path(env.str("LATTICE_VAR_DIR") or BASE_DIR / "var")
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = PACKAGE_DIR.parent
+# A checkout keeps templates/ and static/ at its top, and var/ there; installed (pip install .),
+# they are inside the lattice_site package (setup.py) and var/ is where the process starts.
+CHECKOUT = (BASE_DIR / "manage.py").is_file() and (BASE_DIR / "templates").is_dir()
+DATA_DIR = BASE_DIR if CHECKOUT else PACKAGE_DIR
+HOME_DIR = BASE_DIR if CHECKOUT else Path.cwd()
+VAR_DIR = Path(env.str("LATTICE_VAR_DIR") or HOME_DIR / "var")
 
 DEBUG = env.bool("DEBUG", False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
@@ -36,6 +44,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Probes first: no HTTPS redirect, no ALLOWED_HOSTS for them (lattice_site/probes.py).
+    "lattice_site.probes.ProbeMiddleware",
+    "lattice_site.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "lattice_site.middleware.RefuseNul",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -55,7 +66,7 @@ WSGI_APPLICATION = "lattice_site.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [DATA_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -143,6 +154,8 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 120
+# The worker logs through LOGGING below (format, request ids), not a handler of Celery's own.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     # Re-derives deadlines, holds and pending work from the database: recovers any lost message.
     "sweep": {"task": "scheduling.sweep", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5)},
@@ -162,8 +175,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [DATA_DIR / "static"]
+STATIC_ROOT = Path(env.str("STATIC_ROOT") or HOME_DIR / "staticfiles")
 
 # Login throttling (django-axes): LOGIN_FAILURE_LIMIT failed logins for one username from one
 # address lock that pair out for LOGIN_COOLOFF_MINUTES (429, even with the right password); a
@@ -201,7 +214,7 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "Lattice API",
     "DESCRIPTION": "Allocations, decisions and policies of a Lattice control plane.",
-    "VERSION": "1",
+    "VERSION": version(),
     # Clients send JSON (the parsers also read forms, for the browsable API).
     "PARSER_WHITELIST": ["scheduling.api.parsers.JSONParser"],
     "COMPONENT_SPLIT_REQUEST": True,  # what a client sends, apart from what it reads back
@@ -213,11 +226,24 @@ SPECTACULAR_SETTINGS = {
 # of its own when DEBUG is on and passes its records on to the root as well, so every request
 # line and warning was written twice; here it keeps no handler and passes everything on, at the
 # level asked for (a record a logger lets through reaches the root's handler whatever the root's level).
+# Each line has its time (UTC), level, logger and request id; LOG_FORMAT=json writes one JSON
+# object a line instead (lattice_site/logs.py).
 LOG_LEVEL = env.str("LOG_LEVEL") or "INFO"
+LOG_FORMAT = (env.str("LOG_FORMAT") or "text").strip().lower()
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r} must be text or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"request_id": {"()": "lattice_site.logs.RequestIdFilter"}},
+    "formatters": {
+        "text": {"()": "lattice_site.logs.TextFormatter", "format": "%(asctime)s %(levelname)s %(name)s "
+                                                                    "[%(request_id)s] %(message)s"},
+        "json": {"()": "lattice_site.logs.JsonFormatter", "fmt": "%(asctime)s %(levelname)s %(name)s "
+                                                                 "%(request_id)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT,
+                             "filters": ["request_id"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django": {"handlers": [], "level": LOG_LEVEL, "propagate": True}},
 }

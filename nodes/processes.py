@@ -1,0 +1,42 @@
+"""What the agent knows of the processes it runs: whether one is alive, the exit code its
+launcher left (nodes/agent_run.py), and the agent's record of each run. Standard library only."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EXIT_FILE = ".exit-code"
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def recorded_exit_code(ckpt: Path) -> int | None:
+    try:
+        return int((ckpt / EXIT_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class Running:
+    allocation: str
+    pid: int = 0
+    phase: str = "running"
+    signalled: str | None = None  # "terminated" or "killed" once we stopped it
+    task: asyncio.Task[Any] | None = None
+    checkpoint_dir: Path = field(default_factory=Path)
