@@ -117,11 +117,16 @@ def daphne(control_plane):
 def agent_factory(tmp_path, daphne):
     procs: list[subprocess.Popen] = []
 
-    def start(token: str) -> subprocess.Popen:
+    def start(token: str, env: dict[str, str] | None = None, workdir: Path | None = None) -> subprocess.Popen:
         token_file = tmp_path / "token"
         token_file.write_text(token)
+        # The node's GPUs: a fake NVML (tests/nodes/nvml_fake.py, eight GPUs unless ``env`` says
+        # otherwise) that the agent imports as pynvml.
+        fake = str(Path(__file__).resolve().parent / "fake_nvml")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([fake, str(ROOT)]), **(env or {})}
         proc = subprocess.Popen([sys.executable, "-m", "nodes.agent", "--url", f"ws://127.0.0.1:{daphne}/ws/agent/",
-                                 "--token-file", str(token_file), "--workdir", str(tmp_path / "agent")], cwd=ROOT)
+                                 "--token-file", str(token_file), "--workdir", str(workdir or tmp_path / "agent")],
+                                cwd=ROOT, env=env)
         procs.append(proc)
         return proc
 
