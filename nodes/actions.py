@@ -15,6 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from nodes.heartbeats import persist
+from nodes.inventory import node_devices_report
 from nodes.late_exits import allocation_late_exit, lost_at_hello, lost_node_down
 from nodes.models import AgentToken, Node, NodeState, ProcessedFrame
 from nodes.protocol import (
@@ -46,7 +47,7 @@ from scheduling.actions.preemption import (
     allocation_defer,
 )
 from scheduling.actions.release import give_back_borrowed
-from scheduling.actions.starts import start_frame
+from scheduling.actions.starts import bound_devices, run_as_of, start_frame
 from scheduling.dispatch import agent_revoked_on_commit, event_on_commit
 from scheduling.errors import InvalidTransition
 from scheduling.models import Allocation, AllocationEvent, Placement
@@ -122,8 +123,9 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
         if fresh.state in (NodeState.UNKNOWN, NodeState.DEGRADED, NodeState.DOWN):
             fresh.state = NodeState.READY
         fresh.save(update_fields=["agent_version", "last_heartbeat_at", "state"])
+        node_devices_report(node=fresh, devices=frame.devices, cgroups=frame.cgroups, now=moment)
         placed = {str(p.allocation_id): p for p in Placement.objects.filter(
-            node=node, kind="assigned", allocation__state__in=HOLDING).select_related("allocation")}
+            node=node, kind="assigned", allocation__state__in=HOLDING).select_related("allocation__tenant")}
         for alloc_id in sorted(reported - set(placed)):
             reply.frames.append(encode(Kill(allocation=alloc_id)))
         for alloc_id, p in sorted(placed.items()):
@@ -138,7 +140,8 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
             never_sent = alloc.state == State.RUNNING and (
                 last_contact is None or (alloc.started_at is not None and alloc.started_at >= last_contact))
             if never_sent:
-                reply.frames.append(encode(start_frame(alloc, node.name)))
+                reply.frames.append(encode(start_frame(alloc, node.name, devices=bound_devices(p.pk),
+                                                       run_as=run_as_of(alloc.tenant))))
             else:
                 _lost_at_hello(node, alloc, moment)
     return reply

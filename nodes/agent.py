@@ -35,6 +35,7 @@ from typing import Any
 
 import websockets
 
+from nodes import devices, runas
 from nodes.checkpoint_files import CheckpointFiles, done_location, size_of
 from nodes.processes import EXIT_FILE, Running, alive, recorded_exit_code
 from scheduling.version import version
@@ -48,6 +49,9 @@ EXIT_REVOKED = 3
 
 
 class Agent:
+    devices: list[dict[str, Any]] | None = None  # the node's GPUs, reported in every hello
+    nvml: Any = None  # an initialised pynvml-like module (tests inject a fake); None: nodes/devices.py finds one
+
     def __init__(self, url: str, token: str, workdir: Path, simulate: bool = False,
                  sim_seconds: float = 3600.0, retry_revoked: bool = False) -> None:
         self.url = url
@@ -158,9 +162,12 @@ class Agent:
         await self._send_now(self._hello())
 
     def _hello(self) -> dict[str, Any]:
+        if self.devices is None:  # discovered once (nodes/devices.py); a simulated agent has what it is given
+            self.devices = [] if self.simulate else devices.discover(self.nvml)
         return {"type": "hello", "id": uuid.uuid4().hex, "agent_version": VERSION, "capacity": {}, "labels": {},
                 "running": [{"allocation": r.allocation, "phase": r.phase, "pid": r.pid}
-                            for r in self.running.values()]}
+                            for r in self.running.values()],
+                "devices": self.devices, "cgroups": False}  # no per-allocation limits yet
 
     async def _heartbeats(self, ws: Any) -> None:
         while True:
@@ -231,24 +238,21 @@ class Agent:
         if old is not None:
             return  # a repeated start (after a reconnect): it already runs
         ckpt = self.workdir / frame.get("checkpoint_dir", f"checkpoints/{alloc}")
-        ckpt.mkdir(parents=True, exist_ok=True)
+        try:  # who it runs as, where, seeing what (nodes/runas.py); refused before anything is made
+            launch = runas.prepare(frame, alloc, ckpt, self.workdir, ckpt / EXIT_FILE)
+        except runas.Refused as exc:
+            log.warning("not starting %s: %s", alloc, exc)
+            await self.report({"type": "exited", "allocation": alloc, "exit_code": None, "reason": exc.reason})
+            return
         entry = Running(alloc, checkpoint_dir=ckpt)
         self.running[alloc] = entry
         if self.simulate:
             entry.task = asyncio.get_running_loop().create_task(self._simulated(entry))
             await self.report({"type": "started", "allocation": alloc, "pid": 0})
             return
-        env = {**os.environ, **{str(k): str(v) for k, v in (frame.get("env") or {}).items()},
-               "LATTICE_ALLOCATION_ID": alloc, "LATTICE_CHECKPOINT_DIR": str(ckpt),
-               "LATTICE_RESUME": "1" if frame.get("resume_from_checkpoint") else "0"}
-        command = [str(c) for c in frame.get("command") or []]
-        if not command:
-            command = [sys.executable, "-c", "import time; time.sleep(3600)"]
         (ckpt / EXIT_FILE).unlink(missing_ok=True)
-        # By its path, so that nothing of Lattice goes on the job's PYTHONPATH, installed or not.
-        launcher = [sys.executable, str(Path(__file__).with_name("agent_run.py")), str(ckpt / EXIT_FILE), "--", *command]
         try:
-            proc = await asyncio.create_subprocess_exec(*launcher, env=env, cwd=str(self.workdir),
+            proc = await asyncio.create_subprocess_exec(*launch.argv, env=launch.env, cwd=launch.cwd,
                                                         start_new_session=True)
         except OSError as exc:
             self.running.pop(alloc, None)

@@ -1,9 +1,12 @@
-"""Launcher the agent runs each allocation under: ``python -m nodes.agent_run EXIT_FILE -- CMD...``.
+"""Launcher the agent runs each allocation under:
+``python -m nodes.agent_run EXIT_FILE [--uid U --gid G --groups G1,G2] -- CMD...``.
 
 It shares the allocation's process group, ignores the checkpoint hint and the
 terminate signal itself (the application gets them), and writes the command's
 exit code to EXIT_FILE, so an agent restarted mid-run can adopt the process and
-still learn how it ended.
+still learn how it ended. With ``--uid``, the command runs as that user: the group, the
+supplementary groups and the user are set in the child just before it executes the command
+(nodes/runas.py), so the launcher itself can still write EXIT_FILE.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def _defaults() -> None:
@@ -19,18 +23,34 @@ def _defaults() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _identity(options: list[str]) -> dict[str, Any] | None:
+    """Popen's user=, group=, extra_groups= from ``--uid U --gid G --groups A,B`` (None: bad)."""
+    pairs = dict(zip(options[::2], options[1::2], strict=False))
+    if len(options) % 2 or set(pairs) - {"--uid", "--gid", "--groups"}:
+        return None
+    if not pairs:
+        return {}
+    try:
+        return {"user": int(pairs["--uid"]), "group": int(pairs["--gid"]),
+                "extra_groups": [int(g) for g in pairs.get("--groups", "").split(",") if g]}
+    except (KeyError, ValueError):
+        return None
+
+
 def main() -> int:
-    if len(sys.argv) < 4 or sys.argv[2] != "--":
-        sys.stderr.write("usage: python -m nodes.agent_run EXIT_FILE -- CMD [ARGS...]\n")
+    cut = sys.argv.index("--") if "--" in sys.argv else -1
+    who = _identity(sys.argv[2:cut]) if cut >= 2 else None
+    if who is None or len(sys.argv) <= cut + 1:
+        sys.stderr.write("usage: python -m nodes.agent_run EXIT_FILE [--uid U --gid G --groups A,B] -- CMD...\n")
         return 2
     exit_file = Path(sys.argv[1])
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        child = subprocess.Popen(sys.argv[3:], preexec_fn=_defaults)  # noqa: PLW1509 (signal reset only)
+        child = subprocess.Popen(sys.argv[cut + 1:], preexec_fn=_defaults, **who)  # noqa: PLW1509 (signal reset only)
     except OSError as exc:
         exit_file.write_text("127")
-        sys.stderr.write(f"cannot run {sys.argv[3]}: {exc}\n")
+        sys.stderr.write(f"cannot run {sys.argv[cut + 1]}: {exc}\n")
         return 127
     code = child.wait()
     exit_file.write_text(str(code))

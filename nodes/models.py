@@ -34,6 +34,15 @@ class Node(models.Model):
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     last_seq = models.BigIntegerField(default=0)
     agent_version = models.CharField(max_length=32, blank=True)
+    # What the agent reported of its GPUs at its last hello (null: never, or an agent that does not
+    # report devices). Fewer healthy GPUs than registered lowers the capacity the scheduler sees.
+    gpu_healthy = models.PositiveIntegerField(null=True, blank=True,
+                                              help_text="Healthy GPUs the agent reported; blank: unknown.")
+    devices_reported_at = models.DateTimeField(null=True, blank=True)
+    device_mismatch = models.CharField(max_length=255, blank=True,
+                                       help_text="How the reported GPUs differ from the registered capacity.")
+    cgroups = models.BooleanField(null=True, blank=True,
+                                  help_text="Whether the agent limits each allocation with cgroups; blank: unknown.")
 
     class Meta:
         ordering = ["name"]
@@ -49,6 +58,30 @@ class Node(models.Model):
     @property
     def capacity(self) -> dict[str, float]:
         return {r: float(getattr(self, r)) for r in ("gpu", "cpu", "memory") if getattr(self, r)}
+
+    @property
+    def usable_gpu(self) -> int:
+        """The GPUs new work may use: the registered ones, fewer when fewer healthy were reported."""
+        return self.gpu if self.gpu_healthy is None else min(self.gpu, self.gpu_healthy)
+
+
+class NodeDevice(models.Model):
+    """One GPU of a node, as its agent reported it at its last hello."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
+    index = models.PositiveIntegerField()
+    uuid = models.CharField(max_length=128)
+    model = models.CharField(max_length=128, blank=True)
+    memory_mib = models.PositiveIntegerField(default=0)
+    healthy = models.BooleanField(default=True)
+    mig = models.JSONField(default=list, blank=True, help_text="MIG instances: [{uuid, memory_mib?}].")
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="node_device_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}:{self.index}"
 
 
 class AgentToken(HashedToken):

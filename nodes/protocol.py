@@ -21,7 +21,11 @@ MAX_ID_CHARS = 128  # ProcessedFrame.frame_id
 MAX_ALLOCATION_ID = 2**63 - 1
 # Admission keeps a start frame (its command and env as submitted) within half the frame limit.
 MAX_START_FRAME_BYTES = MAX_FRAME_BYTES // 2
-EXIT_REASONS = ("completed", "failed", "terminated", "killed")
+# oom: the kernel killed it past its memory limit (its cgroup's memory.max); user_unknown: the
+# Unix user or group it was to run as does not exist on the node; refused: the agent would not
+# run it (as root without the tenant's leave).
+EXIT_REASONS = ("completed", "failed", "terminated", "killed", "oom", "user_unknown", "refused")
+MAX_DEVICES = 64  # GPUs one hello may list (with their MIG instances)
 
 
 class BadFrame(ValueError):
@@ -37,6 +41,9 @@ class Hello:
     capacity: dict[str, float]
     labels: dict[str, str]
     running: list[dict[str, Any]]
+    # The node's GPUs (nodes/devices.py); None from an agent that does not report them.
+    devices: list[dict[str, Any]] | None = None
+    cgroups: bool | None = None  # whether the agent can limit each allocation (a delegated cgroup v2)
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,7 @@ class Heartbeat:
     seq: int
     running: list[str]
     usage: dict[str, Any] = field(default_factory=dict)
+    gpus: list[dict[str, Any]] | None = None  # per-GPU health (nodes/devices.py HEALTH_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -93,8 +101,9 @@ Frame = Hello | Heartbeat | Started | Exited | CheckpointProgress | CheckpointDo
 _NUM = (int, float)
 SCHEMA: dict[str, tuple[type, dict[str, tuple[tuple[type, ...], bool]]]] = {
     "hello": (Hello, {"agent_version": ((str,), True), "capacity": ((dict,), True), "labels": ((dict,), True),
-                      "running": ((list,), True)}),
-    "heartbeat": (Heartbeat, {"seq": ((int,), True), "running": ((list,), True), "usage": ((dict,), False)}),
+                      "running": ((list,), True), "devices": ((list,), False), "cgroups": ((bool,), False)}),
+    "heartbeat": (Heartbeat, {"seq": ((int,), True), "running": ((list,), True), "usage": ((dict,), False),
+                              "gpus": ((list,), False)}),
     "started": (Started, {"allocation": ((str,), True), "pid": ((int,), True)}),
     "exited": (Exited, {"allocation": ((str,), True), "exit_code": ((int, type(None)), True),
                         "reason": ((str,), True)}),
@@ -219,8 +228,55 @@ def _check(frame: Frame) -> None:
             if not (isinstance(entry, dict) and is_allocation_id(entry.get("allocation"))
                     and set(entry) <= {"allocation", "phase", "pid"}):
                 raise BadFrame("running entries are {allocation, phase, pid}", frame.id)
+    if isinstance(frame, Hello) and frame.devices is not None:
+        _check_devices(frame.devices, frame.id)
+    if isinstance(frame, Heartbeat) and frame.gpus is not None:
+        _check_health(frame.gpus, frame.id)
     if isinstance(frame, CheckpointProgress) and not 0 <= frame.percent <= 100:
         raise BadFrame("percent must be between 0 and 100", frame.id)
+
+
+# A device: {index, uuid, model, memory_mib, healthy?, mig?: [{uuid, profile?, memory_mib?}]}.
+_DEVICE_KEYS = {"index": (int,), "uuid": (str,), "model": (str,), "memory_mib": (int,)}
+_DEVICE_OPTIONAL = {"healthy": (bool,), "mig": (list,)}
+_MIG_KEYS = {"uuid": (str,)}
+_MIG_OPTIONAL = {"profile": (str,), "memory_mib": (int,)}
+# Per-GPU health in a heartbeat: {index, temperature_c?, ecc_uncorrectable?, retired_pending?}.
+_HEALTH_KEYS = {"index": (int,)}
+_HEALTH_OPTIONAL = {"temperature_c": (int,), "ecc_uncorrectable": (int,), "retired_pending": (bool,)}
+
+
+def _shaped(entry: object, required: dict[str, tuple[type, ...]], optional: dict[str, tuple[type, ...]]) -> bool:
+    """A JSON object with exactly these keys' types (a boolean is no integer), strings of at most
+    128 characters and integers from 0 to 2^31-1."""
+    if not isinstance(entry, dict) or not set(required) <= set(entry) <= set(required) | set(optional):
+        return False
+    for key, value in entry.items():
+        types = required.get(key) or optional[key]
+        if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
+            return False
+        if isinstance(value, str) and len(value) > 128:
+            return False
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= 2**31 - 1:
+            return False
+    return True
+
+
+def _check_devices(devices: list[Any], frame_id: str) -> None:
+    if len(devices) > MAX_DEVICES:
+        raise BadFrame(f"at most {MAX_DEVICES} devices", frame_id)
+    for device in devices:
+        mig = device.get("mig", []) if isinstance(device, dict) else []
+        if not _shaped(device, _DEVICE_KEYS, _DEVICE_OPTIONAL) or len(mig) > MAX_DEVICES or not all(
+                _shaped(m, _MIG_KEYS, _MIG_OPTIONAL) for m in mig):
+            raise BadFrame("devices are {index, uuid, model, memory_mib, healthy?, mig?}", frame_id)
+    if len({d["index"] for d in devices}) != len(devices):
+        raise BadFrame("device indices must be distinct", frame_id)
+
+
+def _check_health(gpus: list[Any], frame_id: str) -> None:
+    if len(gpus) > MAX_DEVICES or not all(_shaped(g, _HEALTH_KEYS, _HEALTH_OPTIONAL) for g in gpus):
+        raise BadFrame("gpus are {index, temperature_c?, ecc_uncorrectable?, retired_pending?}", frame_id)
 
 
 # -- frames the server sends -------------------------------------------------------------
@@ -258,6 +314,12 @@ class Start:
     resources: dict[str, float]
     resume_from_checkpoint: bool
     checkpoint_dir: str
+    # The GPUs bound to this allocation on the node ({index, uuid}); the agent shows it these only.
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    # The Unix user and group to run as ("": the agent's own); root only with allow_root.
+    user: str = ""
+    group: str = ""
+    allow_root: bool = False
     type: ClassVar[str] = "start"
 
 

@@ -10,7 +10,7 @@ from django.views.decorators.cache import never_cache
 
 from nodes import actions
 from nodes.models import Node, NodeState
-from scheduling.models import Placement
+from scheduling.models import Placement, PlacementDevice
 from scheduling.permissions import operator_required
 from scheduling.selectors import audit_changes, audit_entries
 
@@ -39,8 +39,10 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
             return redirect("ops-node", name=node.name)
     running = Placement.objects.filter(node=node).select_related("allocation__tenant").order_by("allocation_id")
     history = list(audit_entries({"target_type": Node._meta.label_lower, "target": str(node.pk)})[:20])
+    holders = dict(PlacementDevice.objects.filter(node=node).values_list("index", "placement__allocation_id"))
+    node_devices = [(d, holders.get(d.index)) for d in node.devices.all()]
     return render(request, "ops/node.html", {
-        "node": node, "form": form, "token": token, "placements": running,
+        "node": node, "form": form, "token": token, "placements": running, "node_devices": node_devices,
         "drainable": node.state not in (NodeState.DRAINING, NodeState.DRAINED),
         "history": [(c, audit_changes(c.before, c.after)) for c in history],
     }, status=400 if form.errors else 200)

@@ -120,7 +120,7 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Tenant)
 class TenantAdmin(AuditedAdmin):
-    list_display = ["name", "display_name", "created_at"]
+    list_display = ["name", "display_name", "unix_user", "unix_group", "allow_root", "created_at"]
     search_fields = ["name", "display_name"]
     inlines = [QuotaInline, MembershipInline]
 

@@ -1,4 +1,4 @@
-from .allocations import Allocation, AllocationEvent, Placement
+from .allocations import Allocation, AllocationEvent, Placement, PlacementDevice
 from .cluster import ResourceGroup, SessionType, VCluster
 from .records import (
     DecisionAudience,
@@ -11,6 +11,6 @@ from .tenancy import ApiToken, Membership, Quota, Tenant, TenantShare
 
 __all__ = [
     "Allocation", "AllocationEvent", "ApiToken", "DecisionAudience", "Membership", "MetricRollup", "Placement",
-    "PolicyChange", "PreemptionDecision", "Quota", "ResourceGroup", "SessionType", "SnapshotChange", "Tenant",
+    "PlacementDevice", "PolicyChange", "PreemptionDecision", "Quota", "ResourceGroup", "SessionType", "SnapshotChange", "Tenant",
     "TenantShare", "VCluster",
 ]

@@ -161,6 +161,24 @@ class Placement(models.Model):
         return {r: float(getattr(self, r)) for r in RESOURCES if getattr(self, r)}
 
 
+class PlacementDevice(models.Model):
+    """A GPU of a node bound to the placement that holds it. Placements exist only while they are
+    live (they are deleted when the work is gone), so the unique (node, index) means no two live
+    allocations on a node ever hold the same device, whatever raced to bind it."""
+
+    placement = models.ForeignKey(Placement, on_delete=models.CASCADE, related_name="devices")
+    node = models.ForeignKey("nodes.Node", on_delete=models.CASCADE, related_name="+")
+    index = models.PositiveIntegerField()
+    uuid = models.CharField(max_length=128)
+
+    class Meta:
+        ordering = ["placement", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="placement_device_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}:{self.index}"
+
+
 class AllocationEvent(models.Model):
     """One accepted state change (or an audited override), written with the change."""
 

@@ -7,17 +7,26 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import connection, models
 from django.db.models import Q
 
 from .secrets import PREFIX_LEN, HashedToken
+
+# A portable Unix user or group name (POSIX's portable filename characters, not starting with "-").
+UNIX_NAME = RegexValidator(r"^[a-z_][a-z0-9_.-]*\$?$", "a Unix name: lower-case letters, digits, _ . -")
 
 
 class Tenant(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     display_name = models.CharField(max_length=128, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Who the tenant's work runs as on the nodes (blank: the agent's own user).
+    unix_user = models.CharField(max_length=32, blank=True, validators=[UNIX_NAME],
+                                 help_text="Unix user the tenant's work runs as on the nodes; blank: the agent's.")
+    unix_group = models.CharField(max_length=32, blank=True, validators=[UNIX_NAME],
+                                  help_text="Unix group; blank: the user's primary group.")
+    allow_root = models.BooleanField(default=False, help_text="May the tenant's work run as root (uid 0).")
 
     class Meta:
         ordering = ["name"]

@@ -122,7 +122,11 @@ class _Rows:
 
 def _read(group: ResourceGroup) -> _Rows:
     nodes = list(Node.objects.filter(resource_group=group).values(
-        "id", "name", "gpu", "cpu", "memory", "labels", "vcluster__name", "borrowed_by__name", "state"))
+        "id", "name", "gpu", "cpu", "memory", "labels", "vcluster__name", "borrowed_by__name", "state",
+        "gpu_healthy"))
+    for n in nodes:  # fewer healthy GPUs than registered: new work sees only the healthy ones
+        if n["gpu_healthy"] is not None:
+            n["gpu"] = min(n["gpu"], n["gpu_healthy"])
     # Starvation is tracked per group (passes/fairshare.py): each tenant's row for this group.
     below = TenantShare.objects.filter(tenant=OuterRef("pk"), resource_group=group).values("below_since")[:1]
     tenants = [em.Tenant(name=t["name"], fair_share=t["quota__fair_share"] or 0.0,

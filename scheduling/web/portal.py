@@ -17,7 +17,14 @@ from scheduling import decisions
 from scheduling.actions.admission import allocation_cancel, allocation_submit
 from scheduling.api.serializers import AllocationInput
 from scheduling.errors import DomainError
-from scheduling.models import Allocation, Placement, ResourceGroup, SessionType, VCluster
+from scheduling.models import (
+    Allocation,
+    Placement,
+    PlacementDevice,
+    ResourceGroup,
+    SessionType,
+    VCluster,
+)
 from scheduling.permissions import is_operator
 from scheduling.selectors import allocations_visible, events_of, explanation, tenant_ids
 from scheduling.states import FINAL, State
@@ -69,7 +76,17 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "jobs/detail.html", {
         "job": alloc, "risk": _risks([alloc])[0], "events": events_of(alloc), "preemptions": preemptions,
         "waiting": latest if alloc.state == "pending" else None, "ended": alloc.state in FINAL,
-        "member": alloc.tenant_id in tenant_ids(request.user), "operator": is_operator(request.user)})
+        "member": alloc.tenant_id in tenant_ids(request.user), "operator": is_operator(request.user),
+        "devices": _devices_of(alloc)})
+
+
+def _devices_of(alloc: Allocation) -> list[tuple[str, list[str]]]:
+    """The GPUs the allocation holds now, per node (a resumed run may hold others)."""
+    held: dict[str, list[str]] = {}
+    for node, index, uuid in (PlacementDevice.objects.filter(placement__allocation=alloc)
+                              .order_by("node__name", "index").values_list("node__name", "index", "uuid")):
+        held.setdefault(node, []).append(f"{index} ({uuid})")
+    return sorted(held.items())
 
 
 @login_required

@@ -117,11 +117,16 @@ def daphne(control_plane):
 def agent_factory(tmp_path, daphne):
     procs: list[subprocess.Popen] = []
 
-    def start(token: str) -> subprocess.Popen:
+    def start(token: str, env: dict[str, str] | None = None, workdir: Path | None = None) -> subprocess.Popen:
         token_file = tmp_path / "token"
         token_file.write_text(token)
+        # The node's GPUs: a fake NVML (tests/nodes/nvml_fake.py, eight GPUs unless ``env`` says
+        # otherwise) that the agent imports as pynvml.
+        fake = str(Path(__file__).resolve().parent / "fake_nvml")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([fake, str(ROOT)]), **(env or {})}
         proc = subprocess.Popen([sys.executable, "-m", "nodes.agent", "--url", f"ws://127.0.0.1:{daphne}/ws/agent/",
-                                 "--token-file", str(token_file), "--workdir", str(tmp_path / "agent")], cwd=ROOT)
+                                 "--token-file", str(token_file), "--workdir", str(workdir or tmp_path / "agent")],
+                                cwd=ROOT, env=env)
         procs.append(proc)
         return proc
 
@@ -286,3 +291,29 @@ def test_work_that_ends_while_its_agent_is_cut_off_is_completed_not_lost(
     assert not Allocation.objects.filter(requeued_from=job).exists()
     time.sleep(1)
     assert runs.read_text() == "ran\n"  # and it ran once
+
+
+ENV_APP = '''
+import json, os, pathlib
+pathlib.Path(os.environ["LATTICE_CHECKPOINT_DIR"], "env.json").write_text(json.dumps(dict(os.environ)))
+'''
+
+
+def test_two_allocations_on_one_eight_gpu_node_each_see_exactly_their_own_four_devices(
+        tmp_path, resource_group, vcluster_hpc, node_gpu_a, make_allocation, agent_factory):
+    app = tmp_path / "env_app.py"
+    app.write_text(ENV_APP)
+    agent_factory(agent_token_issue(node=node_gpu_a), env={"FAKE_NVML_GPUS": "8", "FAKE_NVML_PREFIX": "GPU-e2e"})
+    wait_for(lambda: node_gpu_a.devices.count() == 8, 30, "the agent's hello with its devices")
+    jobs = [make_allocation(state="pending", node_count=1, per_node_gpu=4, vcluster=vcluster_hpc,
+                            command=[sys.executable, str(app)]) for _ in range(2)]
+    schedule_pass(resource_group.pk)
+    seen = {}
+    for job in jobs:
+        wait_for(lambda j=job: Allocation.objects.get(pk=j.pk).state == "completed", 30, f"job {job.pk} to end")
+        env = json.loads((tmp_path / "agent" / "checkpoints" / str(job.pk) / "env.json").read_text())
+        seen[job.pk] = env["CUDA_VISIBLE_DEVICES"].split(",")
+        assert env["NVIDIA_VISIBLE_DEVICES"] == env["CUDA_VISIBLE_DEVICES"]
+    every = {f"GPU-e2e-{i:04d}-0000-0000-000000000000" for i in range(8)}
+    assert all(len(set(uuids)) == 4 for uuids in seen.values())
+    assert set(seen[jobs[0].pk]) | set(seen[jobs[1].pk]) == every  # disjoint halves of the node

@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nodes import agent
+from nodes import agent, devices
 from nodes.actions import agent_token_issue, agent_token_revoke
 from nodes.models import Node
 
@@ -43,8 +43,10 @@ class Command(BaseCommand):
             agent_token_revoke(node=node)
             workdir = Path(options["workdir"]) / node.name
             workdir.mkdir(parents=True, exist_ok=True)
-            fleet.append(agent.Agent(options["url"], agent_token_issue(node=node), workdir, simulate=True,
-                                     sim_seconds=options["sim_seconds"]))
+            simulated = agent.Agent(options["url"], agent_token_issue(node=node), workdir, simulate=True,
+                                    sim_seconds=options["sim_seconds"])
+            simulated.devices = devices.simulated(node.gpu, node=node.name)  # the node page shows them
+            fleet.append(simulated)
         self.stdout.write(f"running {len(fleet)} simulated agents against {options['url']}")
         asyncio.run(_run_all(fleet))
 

@@ -1,0 +1,79 @@
+"""Work runs as its tenant's Unix user (nodes/runas.py): real processes, real users.
+
+The users are created with useradd, so this needs root; it is skipped (with the reason) when not
+root, and never runs under CI=true as root (it adds users to the machine)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from nodes.agent import Agent
+from tests.nodes.test_agent import Recorder
+
+USERS = ("lat-ta-" + uuid.uuid4().hex[:6], "lat-tb-" + uuid.uuid4().hex[:6])
+
+
+@pytest.fixture
+def two_users():
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create Unix users (useradd) and to drop privileges")
+    if os.environ.get("CI") == "true":
+        pytest.skip("adds Unix users to the machine: not under CI=true")
+    for name in USERS:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True)
+    yield USERS
+    for name in USERS:
+        subprocess.run(["userdel", name], check=False)
+
+
+def _start(alloc: str, user: str, command: list[str], **extra) -> dict:
+    return {"type": "start", "allocation": alloc, "command": command, "env": {"FROM_FRAME": "yes"}, "resources": {},
+            "resume_from_checkpoint": False, "checkpoint_dir": f"checkpoints/{alloc}", "user": user, "group": "",
+            "allow_root": False, "devices": [], **extra}
+
+
+async def _run(workdir: Path, frames: list[dict], wait_for: int) -> list[dict]:
+    agent = Agent("ws://unused/", "token", workdir, simulate=False)
+    agent.ws = Recorder()
+    for frame in frames:
+        await agent.handle(frame)
+        for _ in range(200):  # one at a time: the second job reads what the first wrote
+            if sum(f["type"] == "exited" and f["allocation"] == frame["allocation"] for f in agent.ws.frames):
+                break
+            await asyncio.sleep(0.05)
+    return agent.ws.frames
+
+
+def test_a_job_runs_as_its_user_and_cannot_read_another_tenants_checkpoints(two_users):
+    workdir = Path(tempfile.mkdtemp(prefix="lattice-runas-"))
+    workdir.chmod(0o711)  # the users may pass through, not list
+    a, b = two_users
+    # A shell, not this interpreter: the new users may not reach the test's Python installation.
+    write = ["/bin/sh", "-c", 'd="$LATTICE_CHECKPOINT_DIR"; echo a > "$d/secret"; env > "$d/env"; id -u > "$d/id"']
+    steal = ["/bin/sh", "-c", f"cat {workdir}/checkpoints/1/secret"]
+    frames = asyncio.run(_run(workdir, [_start("1", a, write), _start("2", b, steal)], 2))
+    exits = {f["allocation"]: f for f in frames if f["type"] == "exited"}
+    assert exits["1"]["reason"] == "completed"
+    assert exits["2"]["reason"] == "failed" and exits["2"]["exit_code"] != 0  # permission denied
+    ckpt = workdir / "checkpoints" / "1"
+    assert (ckpt / "id").read_text().strip() == str(pwd.getpwnam(a).pw_uid)
+    assert ckpt.stat().st_uid == pwd.getpwnam(a).pw_uid and ckpt.stat().st_mode & 0o777 == 0o700
+    env = dict(line.split("=", 1) for line in (ckpt / "env").read_text().splitlines() if "=" in line)
+    assert env["USER"] == a and env["FROM_FRAME"] == "yes" and env["LATTICE_ALLOCATION_ID"] == "1"
+    assert "DATABASE_URL" not in env and "PYTEST_CURRENT_TEST" not in env  # a clean environment
+
+
+def test_an_unknown_user_or_root_without_leave_is_refused_with_its_reason(tmp_path):
+    frames = asyncio.run(_run(tmp_path, [_start("3", "no-such-user-" + uuid.uuid4().hex[:6], ["true"]),
+                                         _start("4", "root", ["true"])], 2))
+    assert [(f["allocation"], f["reason"]) for f in frames if f["type"] == "exited"] == [
+        ("3", "user_unknown"), ("4", "refused")]
+    assert not (tmp_path / "checkpoints" / "3").exists()
