@@ -29,7 +29,6 @@ import random
 import signal
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ import websockets
 from nodes import devices, runas
 from nodes.checkpoint_files import CheckpointFiles, done_location, size_of
 from nodes.processes import EXIT_FILE, Running, alive, recorded_exit_code
+from nodes.protocol import CheckpointDone, Exited, Heartbeat, Hello, Report, Started, encode, new_id
 from scheduling.version import version
 
 log = logging.getLogger("lattice.agent")
@@ -86,8 +86,8 @@ class Agent:
             entry = Running(alloc, pid=int(info["pid"]), checkpoint_dir=Path(info["checkpoint_dir"]))
             if self.simulate or not alive(entry.pid):
                 code = recorded_exit_code(entry.checkpoint_dir)
-                await self.report({"type": "exited", "allocation": alloc, "exit_code": code,
-                                   "reason": "completed" if code == 0 else "failed"})
+                await self.report(Exited(id=new_id(), allocation=alloc, exit_code=code,
+                                         reason="completed" if code == 0 else "failed"))
                 continue
             self.running[alloc] = entry
             entry.task = asyncio.get_running_loop().create_task(self._watch_adopted(entry))
@@ -100,7 +100,7 @@ class Agent:
         self._save()
         code = recorded_exit_code(entry.checkpoint_dir)
         reason = entry.signalled or ("completed" if code == 0 else "failed")
-        await self.report({"type": "exited", "allocation": entry.allocation, "exit_code": code, "reason": reason})
+        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=code, reason=reason))
 
     # -- connection ----------------------------------------------------------------------
     async def run(self) -> int:
@@ -164,17 +164,17 @@ class Agent:
     def _hello(self) -> dict[str, Any]:
         if self.devices is None:  # discovered once (nodes/devices.py); a simulated agent has what it is given
             self.devices = [] if self.simulate else devices.discover(self.nvml)
-        return {"type": "hello", "id": uuid.uuid4().hex, "agent_version": VERSION, "capacity": {}, "labels": {},
-                "running": [{"allocation": r.allocation, "phase": r.phase, "pid": r.pid}
-                            for r in self.running.values()],
-                "devices": self.devices, "cgroups": False}  # no per-allocation limits yet
+        return encode(Hello(id=new_id(), agent_version=VERSION, capacity={}, labels={},
+                            running=[{"allocation": r.allocation, "phase": r.phase, "pid": r.pid}
+                                     for r in self.running.values()],
+                            devices=self.devices, cgroups=False))  # no per-allocation limits yet
 
     async def _heartbeats(self, ws: Any) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_interval)
             # Milliseconds since the epoch: increasing across restarts of the agent too.
-            await self._send_now({"type": "heartbeat", "id": uuid.uuid4().hex, "seq": int(time.time() * 1000),
-                                  "running": sorted(self.running)})
+            await self._send_now(encode(Heartbeat(id=new_id(), seq=int(time.time() * 1000),
+                                                  running=sorted(self.running))))
 
     async def _reader(self, ws: Any) -> None:
         async for text in ws:
@@ -204,15 +204,14 @@ class Agent:
             self._signal(frame["allocation"], signal.SIGKILL, "killed")
 
     # -- reports (kept until acknowledged; the latest per allocation while disconnected) ---------
-    async def report(self, frame: dict[str, Any]) -> None:
-        frame = {**frame, "id": uuid.uuid4().hex}
-        alloc = frame.get("allocation")
-        if alloc is not None:
-            older = self.latest.get(alloc)
-            if older is not None and self.ws is None:
-                self.unacked.pop(older, None)  # superseded while disconnected
-            self.latest[alloc] = frame["id"]
-        self.unacked[frame["id"]] = frame
+    async def report(self, report: Report) -> None:
+        """Send a report now if connected; keep it until acknowledged, the latest per allocation."""
+        frame = encode(report)
+        older = self.latest.get(report.allocation)
+        if older is not None and self.ws is None:
+            self.unacked.pop(older, None)  # superseded while disconnected
+        self.latest[report.allocation] = report.id
+        self.unacked[report.id] = frame
         if self.ws is not None:
             with contextlib.suppress(websockets.ConnectionClosed):
                 await self._send_now(frame)
@@ -242,13 +241,13 @@ class Agent:
             launch = runas.prepare(frame, alloc, ckpt, self.workdir, ckpt / EXIT_FILE)
         except runas.Refused as exc:
             log.warning("not starting %s: %s", alloc, exc)
-            await self.report({"type": "exited", "allocation": alloc, "exit_code": None, "reason": exc.reason})
+            await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason=exc.reason))
             return
         entry = Running(alloc, checkpoint_dir=ckpt)
         self.running[alloc] = entry
         if self.simulate:
             entry.task = asyncio.get_running_loop().create_task(self._simulated(entry))
-            await self.report({"type": "started", "allocation": alloc, "pid": 0})
+            await self.report(Started(id=new_id(), allocation=alloc, pid=0))
             return
         (ckpt / EXIT_FILE).unlink(missing_ok=True)
         try:
@@ -256,13 +255,13 @@ class Agent:
                                                         start_new_session=True)
         except OSError as exc:
             self.running.pop(alloc, None)
-            await self.report({"type": "exited", "allocation": alloc, "exit_code": None, "reason": "failed"})
+            await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason="failed"))
             log.warning("cannot start %s: %s", alloc, exc)
             return
         entry.pid = proc.pid
         entry.task = asyncio.get_running_loop().create_task(self._watch(entry, proc))
         self._save()
-        await self.report({"type": "started", "allocation": alloc, "pid": proc.pid})
+        await self.report(Started(id=new_id(), allocation=alloc, pid=proc.pid))
 
     async def _start_after(self, previous: asyncio.Task[Any], frame: dict[str, Any]) -> None:
         with contextlib.suppress(asyncio.CancelledError):
@@ -278,7 +277,7 @@ class Agent:
         if code is None:
             code = proc.returncode
         reason = entry.signalled or ("completed" if code == 0 else "failed")
-        await self.report({"type": "exited", "allocation": entry.allocation, "exit_code": code, "reason": reason})
+        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=code, reason=reason))
 
     async def _simulated(self, entry: Running) -> None:
         try:
@@ -286,7 +285,7 @@ class Agent:
         except asyncio.CancelledError:
             return
         self.running.pop(entry.allocation, None)
-        await self.report({"type": "exited", "allocation": entry.allocation, "exit_code": 0, "reason": "completed"})
+        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=0, reason="completed"))
 
     async def _checkpoint(self, alloc: str) -> None:
         entry = self.running.get(alloc)
@@ -311,16 +310,16 @@ class Agent:
         if done.exists():
             location = done_location(entry.checkpoint_dir)
             size = size_of(location)
-            await self.report({"type": "checkpoint_done", "allocation": alloc, "ok": True, "location": location,
-                               **({} if size is None else {"size_bytes": size})})
+            await self.report(CheckpointDone(id=new_id(), allocation=alloc, ok=True, location=location,
+                                             size_bytes=size or 0))
         elif failed.exists():
-            await self.report({"type": "checkpoint_done", "allocation": alloc, "ok": False,
-                               "location": str(entry.checkpoint_dir), "error": failed.read_text()[:500]})
+            await self.report(CheckpointDone(id=new_id(), allocation=alloc, ok=False,
+                                             location=str(entry.checkpoint_dir), error=failed.read_text()[:500]))
 
     async def _relay(self, alloc: str, files: CheckpointFiles) -> None:
         """The application's PROGRESS and DEFER files, each change reported once."""
-        for frame in files.poll():
-            await self.report({**frame, "allocation": alloc})
+        for frame in files.poll(alloc):
+            await self.report(frame)
 
     async def _kill_after(self, alloc: str, grace: float) -> None:
         entry = self.running.get(alloc)
@@ -338,7 +337,7 @@ class Agent:
                 entry.task.cancel()
             self.running.pop(alloc, None)
             asyncio.get_running_loop().create_task(self.report(
-                {"type": "exited", "allocation": alloc, "exit_code": -int(sig), "reason": reason}))
+                Exited(id=new_id(), allocation=alloc, exit_code=-int(sig), reason=reason)))
             return False
         with contextlib.suppress(ProcessLookupError):
             os.killpg(entry.pid, sig)

@@ -23,7 +23,8 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+
+from nodes.protocol import CheckpointProgress, Defer, Report, new_id
 
 log = logging.getLogger("lattice.agent")
 
@@ -128,10 +129,11 @@ class CheckpointFiles:
             (self.dir / name).unlink(missing_ok=True)
         self._progress_seen = None
 
-    def poll(self) -> list[dict[str, Any]]:
-        return [frame for frame in (self._defer(), self._progress()) if frame is not None]
+    def poll(self, allocation: str) -> list[Report]:
+        """The application's new requests for ``allocation``, as the frames that carry them."""
+        return [frame for frame in (self._defer(allocation), self._progress(allocation)) if frame is not None]
 
-    def _progress(self) -> dict[str, Any] | None:
+    def _progress(self, allocation: str) -> CheckpointProgress | None:
         path = self.dir / PROGRESS
         try:
             st = path.stat()
@@ -147,12 +149,9 @@ class CheckpointFiles:
         except (OSError, BadContent) as exc:
             log.warning("%s: ignored: %s", path, exc)
             return None
-        frame: dict[str, Any] = {"type": "checkpoint_progress", "percent": percent}
-        if eta is not None:
-            frame["eta_s"] = eta
-        return frame
+        return CheckpointProgress(id=new_id(), allocation=allocation, percent=percent, eta_s=eta)
 
-    def _defer(self) -> dict[str, Any] | None:
+    def _defer(self, allocation: str) -> Defer | None:
         # Taken by a rename: a request written meanwhile is a new DEFER, read on the next poll.
         taken = self.dir / TAKEN
         try:
@@ -166,7 +165,7 @@ class CheckpointFiles:
             return None
         finally:
             taken.unlink(missing_ok=True)
-        return {"type": "defer", "seconds": seconds}
+        return Defer(id=new_id(), allocation=allocation, seconds=seconds)
 
 
 def is_location(text: str) -> bool:

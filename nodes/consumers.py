@@ -20,7 +20,7 @@ from lattice_site.consumers import DirectDispatch
 from nodes import actions
 from nodes.heartbeats import batcher
 from nodes.models import Node
-from nodes.protocol import BadFrame, Heartbeat, Hello, parse
+from nodes.protocol import Ack, BadFrame, Error, Heartbeat, Hello, encode, parse
 from scheduling.dispatch import agent_group
 
 CLOSE_AUTH = 4401
@@ -69,23 +69,23 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         try:
             frame = parse(text_data if text_data is not None else (bytes_data or b""))
         except BadFrame as exc:
-            await self._send({"type": "error", "id": exc.frame_id, "code": "BAD_FRAME", "message": str(exc)})
+            await self._send(encode(Error(id=exc.frame_id, code="BAD_FRAME", message=str(exc))))
             return
         if isinstance(frame, Heartbeat):  # persisted in batches, acknowledged after their commit
             if await batcher().submit(self.node.pk, frame.seq):
-                await self._send({"type": "ack", "id": frame.id})
+                await self._send(encode(Ack(id=frame.id)))
             else:
-                await self._send({"type": "error", "id": frame.id, "code": "STALE_SEQUENCE",
-                                  "message": f"seq {frame.seq} is not greater than the last accepted one"})
+                await self._send(encode(Error(id=frame.id, code="STALE_SEQUENCE",
+                                              message=f"seq {frame.seq} is not greater than the last accepted one")))
             return
         try:
             replies = await in_pool(self._apply)(frame)
         except actions.FrameRefused as exc:
-            await self._send({"type": "error", "id": frame.id, "code": exc.code, "message": exc.message})
+            await self._send(encode(Error(id=frame.id, code=exc.code, message=exc.message)))
             return
         for reply in replies:
             await self._send(reply)
-        await self._send({"type": "ack", "id": frame.id})
+        await self._send(encode(Ack(id=frame.id)))
 
     def _apply(self, frame: Any) -> list[dict[str, Any]]:
         assert self.node is not None

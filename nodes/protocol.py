@@ -10,7 +10,8 @@ decimal number of the database's 64-bit range.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import MISSING, dataclass, field
 from dataclasses import fields as dataclass_fields
 from typing import Any, ClassVar
 
@@ -44,6 +45,7 @@ class Hello:
     # The node's GPUs (nodes/devices.py); None from an agent that does not report them.
     devices: list[dict[str, Any]] | None = None
     cgroups: bool | None = None  # whether the agent can limit each allocation (a delegated cgroup v2)
+    type: ClassVar[str] = "hello"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Heartbeat:
     running: list[str]
     usage: dict[str, Any] = field(default_factory=dict)
     gpus: list[dict[str, Any]] | None = None  # per-GPU health (nodes/devices.py HEALTH_FIELDS)
+    type: ClassVar[str] = "heartbeat"
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class Started:
     id: str
     allocation: str
     pid: int
+    type: ClassVar[str] = "started"
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class Exited:
     allocation: str
     exit_code: int | None
     reason: str
+    type: ClassVar[str] = "exited"
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,7 @@ class CheckpointProgress:
     allocation: str
     percent: float
     eta_s: float | None = None
+    type: ClassVar[str] = "checkpoint_progress"
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,7 @@ class CheckpointDone:
     location: str = ""
     size_bytes: int = 0
     error: str = ""
+    type: ClassVar[str] = "checkpoint_done"
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,7 @@ class Defer:
     id: str
     allocation: str
     seconds: int
+    type: ClassVar[str] = "defer"
 
 
 Frame = Hello | Heartbeat | Started | Exited | CheckpointProgress | CheckpointDone | Defer
@@ -345,8 +353,26 @@ class Kill:
 
 
 Command = Welcome | Ack | Error | Start | Checkpoint | Terminate | Kill
+# What the agent reports about an allocation (kept until acknowledged, resent after a reconnect).
+Report = Started | Exited | CheckpointProgress | CheckpointDone | Defer
 
 
-def encode(command: Command) -> dict[str, Any]:
-    """A server frame as the JSON object sent on the socket."""
-    return {"type": command.type, **{f.name: getattr(command, f.name) for f in dataclass_fields(command)}}
+def new_id() -> str:
+    """A frame id: unique, so a resent frame is recognised (docs/agent-protocol.md, idempotency)."""
+    return uuid.uuid4().hex
+
+
+def encode(frame: Frame | Command) -> dict[str, Any]:
+    """A frame, either direction, as the JSON object sent on the socket. An agent's optional
+    fields left at their defaults are left out (the control plane reads the same defaults, and an
+    older one need not know newer fields); the control plane's commands carry every field."""
+    out: dict[str, Any] = {"type": frame.type}
+    omit_defaults = isinstance(frame, Frame)
+    for f in dataclass_fields(frame):
+        value = getattr(frame, f.name)
+        if omit_defaults and f.default is not MISSING and value == f.default:
+            continue
+        if omit_defaults and f.default_factory is not MISSING and value == f.default_factory():
+            continue
+        out[f.name] = value
+    return out

@@ -8,6 +8,7 @@ import os
 import sys
 
 from nodes.agent import Agent
+from nodes.protocol import Exited, new_id
 
 # Takes half a second to stop after SIGTERM, as an application flushing its state would.
 SLOW_TO_STOP = ("import signal, sys, time\n"
@@ -61,7 +62,7 @@ def test_reports_kept_while_disconnected_go_before_the_hello(tmp_path):
     ended while the agent was disconnected must be reported first, so it is not counted lost."""
     async def scenario() -> list[dict]:
         agent = Agent("ws://unused/", "token", tmp_path, simulate=True)
-        await agent.report({"type": "exited", "allocation": "7", "exit_code": 0, "reason": "completed"})
+        await agent.report(Exited(id=new_id(), allocation="7", exit_code=0, reason="completed"))
         agent.ws = Recorder()
         await agent.greet()
         return agent.ws.frames

@@ -10,31 +10,36 @@ import sys
 
 from nodes.agent import Agent
 from nodes.checkpoint_files import CheckpointFiles, write_atomic
+from nodes.protocol import encode
 from tests.nodes.test_agent import Recorder
 
 
+def _frames(files: CheckpointFiles) -> list[dict]:
+    """What the agent would send for allocation 7, less the parts that differ every time."""
+    return [{k: v for k, v in encode(f).items() if k not in ("id", "allocation")} for f in files.poll("7")]
+
 def test_each_progress_change_becomes_one_frame(tmp_path):
     files = CheckpointFiles(tmp_path)
-    assert files.poll() == []
+    assert _frames(files) == []
     write_atomic(tmp_path, "PROGRESS", "40\n")
-    assert files.poll() == [{"type": "checkpoint_progress", "percent": 40}]
-    assert files.poll() == []  # unchanged: not again
+    assert _frames(files) == [{"type": "checkpoint_progress", "percent": 40}]
+    assert _frames(files) == []  # unchanged: not again
     write_atomic(tmp_path, "PROGRESS", "70.5 12\n")
-    assert files.poll() == [{"type": "checkpoint_progress", "percent": 70.5, "eta_s": 12}]
-    assert files.poll() == []
+    assert _frames(files) == [{"type": "checkpoint_progress", "percent": 70.5, "eta_s": 12}]
+    assert _frames(files) == []
     (tmp_path / "PROGRESS").write_text("90 3")  # a plain write counts too
-    assert files.poll() == [{"type": "checkpoint_progress", "percent": 90, "eta_s": 3}]
+    assert _frames(files) == [{"type": "checkpoint_progress", "percent": 90, "eta_s": 3}]
     assert (tmp_path / "PROGRESS").exists()  # the application's own record stays
 
 
 def test_each_deferral_written_becomes_one_frame_even_when_repeated(tmp_path):
     files = CheckpointFiles(tmp_path)
     write_atomic(tmp_path, "DEFER", "60\n")
-    assert files.poll() == [{"type": "defer", "seconds": 60}]
+    assert _frames(files) == [{"type": "defer", "seconds": 60}]
     assert not (tmp_path / "DEFER").exists()  # taken: a request is sent once
-    assert files.poll() == []
+    assert _frames(files) == []
     write_atomic(tmp_path, "DEFER", "60\n")  # the same request again is a second request
-    assert files.poll() == [{"type": "defer", "seconds": 60}]
+    assert _frames(files) == [{"type": "defer", "seconds": 60}]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -44,10 +49,10 @@ def test_bad_content_is_logged_and_not_sent(tmp_path, caplog):
     for progress, defer in (("140", "1.5"), ("forty", "-2"), ("40 -1", "60 s"), ("", "")):
         write_atomic(tmp_path, "PROGRESS", progress)
         write_atomic(tmp_path, "DEFER", defer)
-        assert files.poll() == []
+        assert _frames(files) == []
     assert len([r for r in caplog.records if "ignored" in r.getMessage()]) == 8
     write_atomic(tmp_path, "PROGRESS", "50")
-    assert files.poll() == [{"type": "checkpoint_progress", "percent": 50}]  # a fixed file is read again
+    assert _frames(files) == [{"type": "checkpoint_progress", "percent": 50}]  # a fixed file is read again
 
 
 def test_clear_removes_an_earlier_checkpoints_files(tmp_path):
@@ -57,7 +62,7 @@ def test_clear_removes_an_earlier_checkpoints_files(tmp_path):
     files = CheckpointFiles(tmp_path)
     files.clear()
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # the application's data stays
-    assert files.poll() == []
+    assert _frames(files) == []
 
 
 # On SIGUSR1: progress, a deferral, more progress, then DONE naming where the checkpoint went.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
@@ -9,6 +11,7 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
 from lattice_site.asgi import application
+from scheduling.consumers import COALESCE_S
 from scheduling.dispatch import event_on_commit, has_subscribers
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -109,19 +112,24 @@ def test_a_burst_is_coalesced_into_few_frames_in_order(client, operator):
             for n in range(40):
                 event_on_commit("state", {"n": n}, None)
 
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         await database_sync_to_async(burst)()
         frames, events = 0, []
         while len(events) < 40:
             frame = await ops.receive_json_from(timeout=5)
             frames += 1
             events.extend(frame["events"])
+        took = loop.time() - began
         assert await ops.receive_nothing(timeout=0.2)
         await ops.disconnect()
-        return frames, [e["n"] for e in events]
+        return frames, [e["n"] for e in events], took
 
-    frames, order = async_to_sync(scenario)()
+    frames, order, took = async_to_sync(scenario)()
     assert order == list(range(40))
-    assert frames <= 10, f"40 events took {frames} frames"  # one per 25 ms at most, not one per event
+    # At most one frame per COALESCE_S however slow the machine is, so fewer frames than events
+    # (the burst's own duration, which a busy machine stretches, bounds how many there may be).
+    assert frames <= 2 + took / COALESCE_S and frames < 40, f"40 events took {frames} frames in {took:.3f} s"
 
 
 def test_events_go_only_to_groups_someone_watches(db):
