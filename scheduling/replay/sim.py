@@ -175,6 +175,7 @@ class Simulation:
                 waited[st.shape] = (cluster.version, cluster.state_version)
         for idx in holders:
             cluster.remove(f"hold:{idx}")
+        self._track(t)  # what this pass started counts from now (the real pass's next one sees it)
 
     def _order_key(self, t: float) -> Callable[[int], tuple]:
         kind, jobs, holders = self.policy.kind, self.jobs, self.holders
