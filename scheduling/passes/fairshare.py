@@ -22,6 +22,7 @@ from scheduling.engine import model as em
 from scheduling.engine.cluster import EPS
 from scheduling.models import Allocation, PreemptionDecision, ResourceGroup, Tenant, TenantShare
 from scheduling.models.records import Execution
+from scheduling.passes.ordering import below_since
 from scheduling.passes.snapshot import Snapshot, policy_of, ts
 from scheduling.states import State
 
@@ -86,8 +87,8 @@ def track(snap: Snapshot, now: datetime) -> dict[int, Standing]:
         row = rows.get(tenant_id) if tenant_id is not None else None
         if tenant_id is None or (row is None and tenant.fair_share <= 0 and share <= 0):
             continue
-        below = tenant_id in demand and share < tenant.fair_share * policy.tolerance - EPS
-        since = ((row.below_since if row is not None else None) or now) if below else None
+        since = below_since(share, tenant.fair_share, policy.tolerance, tenant_id in demand,
+                            row.below_since if row is not None else None, now)
         if row is None:
             row = TenantShare(tenant_id=tenant_id, resource_group=group, below_since=None, updated_at=now)
             rows[tenant_id] = row

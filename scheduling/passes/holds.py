@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from scheduling.engine import Decision
-from scheduling.engine import model as em
 from scheduling.models import Placement, ResourceGroup
+from scheduling.passes.ordering import reserve_free
 from scheduling.passes.snapshot import Snapshot
 from scheduling.states import State
 
@@ -21,18 +21,8 @@ def holds_of(group: ResourceGroup) -> dict[int, list[str]]:
 
 def reserve_holds(snap: Snapshot, holds: dict[int, list[str]]) -> None:
     """Free capacity on held nodes is kept for their preemptor: others see it as taken."""
-    cluster = snap.cluster
     for alloc_id, names in holds.items():
-        placement = {}
-        for name in names:
-            i = cluster.node_index.get(name)
-            if i is None:
-                continue
-            free = {r: float(cluster.cap[i, j] - cluster.used[i, j]) for j, r in enumerate(cluster.res_names)}
-            placement[name] = {r: v for r, v in free.items() if v > 0}
-        if placement:
-            cluster.add(em.Allocation(id=f"hold:{alloc_id}", state="terminating", placement=placement,
-                                      preemptible=False))
+        reserve_free(snap.cluster, f"hold:{alloc_id}", names)
 
 
 def release_reservation(snap: Snapshot, alloc_id: int) -> None:

@@ -4,23 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Case, FloatField, IntegerField, Max, Value, When
+from django.db.models import Case, F, FloatField, IntegerField, Max, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from scheduling.models import Allocation, PreemptionDecision, ResourceGroup
 from scheduling.passes.fairshare import Standing, standing_by_tenant
 from scheduling.passes.holds import holds_of
+from scheduling.passes.ordering import queue_key
 from scheduling.passes.score import SCORED_WINDOW, QueueScorer
 from scheduling.passes.snapshot import ALLOCATION_FIELDS
 from scheduling.states import State
 
+# The database's order, so the limit cuts the queue where ordering.queue_key would: the rows
+# fetched are then sorted by that key (the one the replay uses too). No session type sorts last.
 QUEUE_ORDER: dict[str, list[Any]] = {
     "class_cost": ["-preemption_class", "-priority", "submitted_at", "id"],
     "priority": ["-priority", "submitted_at", "id"],
-    "queue": ["-session_type__priority", "-priority", "submitted_at", "id"],
+    "queue": [F("session_type__priority").desc(nulls_last=True), "-priority", "submitted_at", "id"],
     # a request's own rank when it carries one (Symphony), else its session type's
-    "rank": [Coalesce("rank", "session_type__rank").desc(), "submitted_at", "id"],
+    "rank": [Coalesce("rank", "session_type__rank").desc(nulls_last=True), "submitted_at", "id"],
     # Starving tenants first, then the furthest below their fair share (see _by_deficit).
     "fair_share": ["fs_starving", "-fs_deficit", "submitted_at", "id"],
 }
@@ -39,14 +42,27 @@ def pending_queue(group: ResourceGroup, kind: str, limit: int, held: set[int] | 
     scored = kind == "class_cost" and scorer is not None
     qs = Allocation.objects.filter(resource_group=group, state=State.PENDING)
     if kind == "fair_share":
-        qs = _by_deficit(qs, standing if standing is not None else standing_by_tenant(group, timezone.now()))
-    rows = list(qs.order_by(*QUEUE_ORDER[kind]).values(*ALLOCATION_FIELDS, "tenant_id")[
+        standing = standing if standing is not None else standing_by_tenant(group, timezone.now())
+        qs = _by_deficit(qs, standing)
+    rows = list(qs.order_by(*QUEUE_ORDER[kind]).values(
+        *ALLOCATION_FIELDS, "tenant_id", "session_type__priority", "session_type__rank")[
         : max(take, SCORED_WINDOW) if scored else take])
     if scored:
         assert scorer is not None
         rows = scorer.order(rows)
-        rows = ([r for r in rows if r["id"] in held] + [r for r in rows if r["id"] not in held])[:take]
-    return sorted(rows, key=lambda r: r["id"] not in held)
+        return ([r for r in rows if r["id"] in held] + [r for r in rows if r["id"] not in held])[:take]
+    standing = standing or {}
+    return sorted(rows, key=lambda r: (r["id"] not in held, row_key(kind, r, standing)))
+
+
+def row_key(kind: str, row: dict, standing: dict[int, Standing]) -> tuple:
+    """``ordering.queue_key`` of one queue row."""
+    mine = standing.get(row["tenant_id"])
+    return queue_key(kind, preemption_class=row["preemption_class"], priority=row["priority"],
+                     submitted_at=row["submitted_at"], ident=row["id"],
+                     session_priority=row["session_type__priority"], rank=row["rank"],
+                     session_rank=row["session_type__rank"], starving=bool(mine and mine.starving),
+                     deficit=mine.deficit if mine else 0.0)
 
 
 def _by_deficit(qs: Any, standing: dict[int, Standing]) -> Any:

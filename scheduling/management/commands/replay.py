@@ -1,0 +1,115 @@
+"""manage.py replay TRACE: evaluate policies on a workload in virtual time (docs/replay.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from scheduling.engine import model as em
+from scheduling.replay import history
+from scheduling.replay.html import render
+from scheduling.replay.readers import guess_format
+from scheduling.replay.report import report
+from scheduling.replay.run import check_format, load_trace, replay
+from scheduling.replay.spec import ClusterSpec, load_policy, load_spec
+from scheduling.replay.trace import Job, ReadStats, ReplayError
+
+
+def _date(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ReplayError(f"not a date: {text!r} (YYYY-MM-DD or ISO 8601)") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+class Command(BaseCommand):
+    help = "Replay a workload trace through one or more policies and report what each would have done."
+    requires_system_checks: list[str] = []
+    requires_migrations_checks = False
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("trace", help="trace file (swf, slurm-csv; .gz/.zip read as they are), or with "
+                                          "--format lattice the resource group whose history to replay")
+        parser.add_argument("--format", dest="fmt", help="swf, slurm-csv or lattice (default: from the file name)")
+        where = parser.add_mutually_exclusive_group(required=True)
+        where.add_argument("--cluster", help="cluster spec (JSON)")
+        where.add_argument("--group", help="a resource group of this database as the cluster")
+        parser.add_argument("--policy", help="policy (JSON); with --group, default: the group's")
+        parser.add_argument("--compare", nargs="+", default=[], help="more policies, side by side")
+        parser.add_argument("--jobs", type=int, help="the first N jobs (after --from/--until)")
+        parser.add_argument("--from", dest="since", help="only jobs submitted from this date (UTC)")
+        parser.add_argument("--until", help="only jobs submitted before this date (UTC)")
+        parser.add_argument("--out", help="directory for replay.json and replay.html")
+        parser.add_argument("--json", action="store_true", help="print the JSON report; no progress bar")
+        parser.add_argument("--seed", type=int, default=0, help="seed of the checkpoint durations' jitter")
+        parser.add_argument("--checkpoint-jitter", type=float, default=0.0,
+                            help="checkpoint durations vary by up to this fraction (0..1), drawn from --seed")
+        parser.add_argument("--mapping", help="mapping of trace columns (JSON)")
+        parser.add_argument("--strict", action="store_true", help="a bad line stops the replay")
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        try:
+            doc = self._run(o)
+        except ReplayError as exc:
+            raise CommandError(str(exc), returncode=2) from None
+        if o["out"]:
+            os.makedirs(o["out"], exist_ok=True)
+            with open(os.path.join(o["out"], "replay.json"), "w", encoding="utf-8") as f:
+                json.dump(doc, f, indent=1, sort_keys=True)
+            with open(os.path.join(o["out"], "replay.html"), "w", encoding="utf-8") as f:
+                f.write(render(doc))
+        if o["json"]:
+            self.stdout.write(json.dumps(doc, sort_keys=True))
+        else:
+            self._summary(doc)
+
+    def _run(self, o: dict[str, Any]) -> dict[str, Any]:
+        fmt = check_format(o["fmt"] or guess_format(o["trace"]))
+        if not 0 <= o["checkpoint_jitter"] <= 1:
+            raise ReplayError("--checkpoint-jitter must be between 0 and 1")
+        spec, group_policy = self._cluster(o)
+        policy_files = ([o["policy"]] if o["policy"] else []) + o["compare"]
+        policies = [(os.path.splitext(os.path.basename(p))[0], load_policy(p)) for p in policy_files]
+        if not o["policy"]:
+            if group_policy is None:
+                raise ReplayError("--policy is required with --cluster")
+            policies.insert(0, (o["group"], group_policy))
+        jobs, stats = self._jobs(fmt, o, spec)
+        quiet = o["json"] or o["verbosity"] == 0
+        if not quiet:
+            sys.stderr.write(stats.message() + "\n")
+        sections = replay(jobs, spec, policies, seed=o["seed"], checkpoint_jitter=o["checkpoint_jitter"],
+                          progress=None if quiet else sys.stderr)
+        trace = {"source": os.path.basename(o["trace"]), "format": fmt, **stats.to_dict(),
+                 "first_submit": jobs[0].submit if jobs else None, "last_submit": jobs[-1].submit if jobs else None}
+        settings = {"seed": o["seed"], "checkpoint_jitter": o["checkpoint_jitter"], "jobs": o["jobs"],
+                    "from": o["since"], "until": o["until"], "mapping": o["mapping"] and os.path.basename(o["mapping"])}
+        return report(trace, spec.describe(), settings, sections)
+
+    def _cluster(self, o: dict[str, Any]) -> tuple[ClusterSpec, em.Policy | None]:
+        if o["cluster"]:
+            return load_spec(o["cluster"]), None
+        return history.spec_from_group(history.group_of(o["group"]))
+
+    def _jobs(self, fmt: str, o: dict[str, Any], spec: ClusterSpec) -> tuple[list[Job], ReadStats]:
+        since, until = _date(o["since"]), _date(o["until"])
+        if fmt == "lattice":
+            return history.history_jobs(history.group_of(o["trace"]), since, until, o["mapping"], spec, o["jobs"])
+        window = (since.timestamp() if since else None, until.timestamp() if until else None)
+        return load_trace(o["trace"], fmt, o["mapping"], spec, window=window, limit=o["jobs"], strict=o["strict"])
+
+    def _summary(self, doc: dict[str, Any]) -> None:
+        keys = ("gpu_utilisation", "wait_p50_s", "wait_p95_s", "wait_p99_s", "bounded_slowdown_mean",
+                "preemptions", "victims", "gpu_hours_lost", "checkpoint_gpu_hours", "starving_hours")
+        names = [p["name"] for p in doc["policies"]]
+        self.stdout.write("figure".ljust(24) + "".join(n[:18].rjust(20) for n in names))
+        for k in keys:
+            self.stdout.write(k.ljust(24) + "".join(str(p["summary"][k]).rjust(20) for p in doc["policies"]))

@@ -1,0 +1,61 @@
+"""The pure parts of the pass, shared with the replay (scheduling/replay/): the pending queue's
+order key, fair-share's below-since step, and a preemptor's reservation of its held nodes.
+
+No Django here: the pass reads rows from the database and the replay keeps them in memory, and
+both order and reserve with these functions, so a replay orders work as the pass would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduling.engine import Cluster
+from scheduling.engine import model as em
+from scheduling.engine.cluster import EPS
+
+_LAST = float("inf")
+
+
+def queue_key(kind: str, *, preemption_class: int, priority: int, submitted_at: Any, ident: Any,
+              session_priority: int | None = None, rank: int | None = None, session_rank: int | None = None,
+              starving: bool = False, deficit: float = 0.0) -> tuple:
+    """The sort key of one pending request in a group of policy ``kind`` (docs/decisions.md, "Queue
+    order in the pass"): smaller first. A missing session-type priority or rank sorts after every
+    present one. ``submitted_at`` is kept across requeues by the caller."""
+    if kind == "class_cost":
+        return (-preemption_class, -priority, submitted_at, ident)
+    if kind == "priority":
+        return (-priority, submitted_at, ident)
+    if kind == "queue":
+        return (_desc(session_priority), -priority, submitted_at, ident)
+    if kind == "rank":
+        return (_desc(rank if rank is not None else session_rank), submitted_at, ident)
+    if kind == "fair_share":
+        return (0 if starving else 1, -deficit, submitted_at, ident)
+    raise ValueError(f"unknown policy kind {kind!r}")
+
+
+def _desc(value: int | None) -> float:
+    return _LAST if value is None else -value
+
+
+def below_since(share: float, fair_share: float, tolerance: float, has_demand: bool,
+                since: Any, now: Any) -> Any:
+    """A tenant's next ``below_fair_share_since``: kept (or started ``now``) while its share is below
+    ``fair_share x tolerance`` and it has work pending; cleared otherwise."""
+    below = has_demand and share < fair_share * tolerance - EPS
+    return (since if since is not None else now) if below else None
+
+
+def reserve_free(cluster: Cluster, key: str, names: list[str]) -> None:
+    """Free capacity on a preemptor's held nodes is kept for it: others see it as taken (an entry
+    ``key`` that is not preemptible and already leaving, removed with ``cluster.remove(key)``)."""
+    placement = {}
+    for name in names:
+        i = cluster.node_index.get(name)
+        if i is None:
+            continue
+        free = {r: float(cluster.cap[i, j] - cluster.used[i, j]) for j, r in enumerate(cluster.res_names)}
+        placement[name] = {r: v for r, v in free.items() if v > 0}
+    if placement:
+        cluster.add(em.Allocation(id=key, state="terminating", placement=placement, preemptible=False))
