@@ -1,4 +1,4 @@
-from .allocations import Allocation, AllocationEvent, Placement
+from .allocations import Allocation, AllocationEvent, JobArray, Placement
 from .cluster import ResourceGroup, SessionType, VCluster
 from .records import (
     DecisionAudience,
@@ -10,7 +10,7 @@ from .records import (
 from .tenancy import ApiToken, Membership, Quota, Tenant, TenantShare
 
 __all__ = [
-    "Allocation", "AllocationEvent", "ApiToken", "DecisionAudience", "Membership", "MetricRollup", "Placement",
+    "Allocation", "AllocationEvent", "ApiToken", "JobArray", "DecisionAudience", "Membership", "MetricRollup", "Placement",
     "PolicyChange", "PreemptionDecision", "Quota", "ResourceGroup", "SessionType", "SnapshotChange", "Tenant",
     "TenantShare", "VCluster",
 ]

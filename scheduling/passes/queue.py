@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
-from django.db.models import Case, FloatField, IntegerField, Max, Value, When
+from django.db.models import Case, FloatField, IntegerField, Max, Q, QuerySet, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -12,7 +13,7 @@ from scheduling.models import Allocation, PreemptionDecision, ResourceGroup
 from scheduling.passes.fairshare import Standing, standing_by_tenant
 from scheduling.passes.holds import holds_of
 from scheduling.passes.snapshot import ALLOCATION_FIELDS
-from scheduling.states import State
+from scheduling.states import HOLDING, State
 
 QUEUE_ORDER: dict[str, list[Any]] = {
     "class_cost": ["-preemption_class", "-priority", "submitted_at", "id"],
@@ -30,14 +31,42 @@ def pending_queue(group: ResourceGroup, kind: str, limit: int, held: set[int] | 
     """Pending work in the policy's order; submission time is kept across requeues.
     Preemptors already holding nodes (``held``, read here if not given) come first: their nodes
     are being freed for them. A fair_share pass gives ``standing`` (its tenants' tracked shares);
-    elsewhere the tracked rows are read."""
+    elsewhere the tracked rows are read. Held work, work waiting on a dependency and array tasks
+    past their array's throttle are left out: the pass never considers them."""
     if held is None:
         held = set(holds_of(group))
-    qs = Allocation.objects.filter(resource_group=group, state=State.PENDING)
+    qs = within_throttle(schedulable(group), held)
     if kind == "fair_share":
         qs = _by_deficit(qs, standing if standing is not None else standing_by_tenant(group, timezone.now()))
     rows = list(qs.order_by(*QUEUE_ORDER[kind]).values(*ALLOCATION_FIELDS, "tenant_id")[: limit + len(held)])
     return sorted(rows, key=lambda r: r["id"] not in held)
+
+
+def schedulable(group: ResourceGroup) -> QuerySet[Allocation]:
+    """The group's pending work the pass may consider: not held, no dependency still to be met."""
+    return Allocation.objects.filter(resource_group=group, state=State.PENDING, held=False, dependency="")
+
+
+def within_throttle(qs: QuerySet[Allocation], held: set[int]) -> QuerySet[Allocation]:
+    """Tasks of a throttled array (``%N``) only as many as may still start: N less its tasks
+    holding nodes now, the first by index (a task already holding nodes being freed for it takes
+    its slot first). The pass holds the group's lock and the array's tasks all live in one group,
+    so no other pass starts one meanwhile."""
+    arrays = dict(qs.filter(array__throttle__isnull=False).values_list("array_id", "array__throttle").distinct())
+    if not arrays:
+        return qs
+    running = Counter(Allocation.objects.filter(array_id__in=list(arrays), state__in=list(HOLDING))
+                      .values_list("array_id", flat=True))
+    allowed: list[int] = []
+    for array_id, throttle in arrays.items():
+        slots = throttle - running[array_id]
+        if slots <= 0:
+            continue
+        tasks = list(qs.filter(array_id=array_id, id__in=held).values_list("id", flat=True)[:slots]) if held else []
+        tasks += qs.filter(array_id=array_id).exclude(id__in=held).order_by("array_index").values_list(
+            "id", flat=True)[:slots - len(tasks)]
+        allowed += tasks
+    return qs.filter(Q(array__isnull=True) | Q(array__throttle__isnull=True) | Q(id__in=allowed))
 
 
 def _by_deficit(qs: Any, standing: dict[int, Standing]) -> Any:
