@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -29,7 +29,6 @@ from scheduling.api.serializers import (
     EventOutput,
     VerbInput,
 )
-from scheduling.errors import DomainError
 from scheduling.models import Allocation, JobArray
 from scheduling.permissions import IsOperator, is_operator
 from scheduling.selectors import allocations_visible, arrays_visible, events_of, explanation
@@ -43,7 +42,7 @@ def verb_reason(request: Request, default: str) -> tuple[str, bool]:
     operator = is_operator(request.user)
     reason = data.validated_data["reason"].strip()
     if operator and not reason:
-        raise DomainError("operators give a reason (kept in the audit log)", field="reason")
+        raise serializers.ValidationError({"reason": ["operators give a reason (kept in the audit log)"]})
     return reason or default, operator
 
 
