@@ -38,8 +38,8 @@ class Recorder:
         return [args[0] for name, args in self.tasks if name == dispatch.SCHEDULE_PASS]
 
 
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+@pytest.fixture(name="sent")
+def sent_fixture(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     recorder = Recorder()
     monkeypatch.setattr(dispatch, "_send_all", recorder.deliver)
 

@@ -9,14 +9,14 @@ import pytest
 
 from scheduling.models import Allocation
 from scheduling.passes.run import schedule_pass
-from tests.scheduling.batch_helpers import exit_on, job, job_id, post, sent, state  # noqa: F401
+from tests.scheduling.batch_helpers import exit_on, job, job_id, post, sent_fixture, state  # noqa: F401
 from tests.scheduling.seed_e2e import client_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 
 @pytest.fixture
-def cluster(resource_group, vcluster_hpc, two_nodes, tenant_physics, tenant_chemistry, sent):  # noqa: F811
+def cluster(resource_group, vcluster_hpc, two_nodes, tenant_physics, tenant_chemistry, sent):
     return resource_group
 
 
@@ -42,7 +42,7 @@ def _first_then(capture, cluster, kind, **extra):
     ("afterany", 1, "failed", "running"),
 ])
 def test_a_dependency_is_settled_by_the_pass_when_its_job_ends(cluster, django_capture_on_commit_callbacks, sent,
-                                                               kind, code, reason, then):  # noqa: F811
+                                                               kind, code, reason, then):
     first, second = _first_then(django_capture_on_commit_callbacks, cluster, kind, requeue_policy="never")
     Allocation.objects.filter(pk=first).update(requeue_policy="never")
     sent.tasks.clear()

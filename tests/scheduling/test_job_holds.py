@@ -7,19 +7,19 @@ import pytest
 
 from scheduling.models import Allocation, Placement, PreemptionDecision
 from scheduling.passes.run import schedule_pass
-from tests.scheduling.batch_helpers import audited, exit_on, job_id, post, sent, state  # noqa: F401
+from tests.scheduling.batch_helpers import audited, exit_on, job_id, post, sent_fixture, state  # noqa: F401
 from tests.scheduling.seed_e2e import client_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 
 @pytest.fixture
-def cluster(resource_group, vcluster_hpc, node_gpu_a, tenant_physics, operator, sent):  # noqa: F811
+def cluster(resource_group, vcluster_hpc, node_gpu_a, tenant_physics, operator, sent):
     return resource_group
 
 
 def test_a_tenant_holds_its_pending_job_the_pass_skips_it_until_released(cluster, django_capture_on_commit_callbacks,
-                                                                         sent):  # noqa: F811
+                                                                         sent):
     alice = client_for("alice")
     with django_capture_on_commit_callbacks(execute=True):
         held = job_id(alice, held=True)
@@ -107,7 +107,7 @@ def test_only_pending_work_is_held_and_another_tenants_job_is_a_404(cluster, ten
 
 @pytest.mark.parametrize("mode", ["suspend", "terminate"])
 def test_an_operator_requeues_running_work_it_keeps_its_nodes_until_gone_then_queues_again(
-        cluster, django_capture_on_commit_callbacks, sent, mode):  # noqa: F811
+        cluster, django_capture_on_commit_callbacks, sent, mode):
     cluster.policy = {"kind": "class_cost", "mode": mode}
     cluster.save()
     alice, op = client_for("alice"), client_for("op")
