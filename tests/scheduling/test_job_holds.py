@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.models import Allocation, Placement, PreemptionDecision
+from scheduling.models import Allocation, Placement, PreemptionDecision, Quota
 from scheduling.passes.run import schedule_pass
 from tests.scheduling.batch_helpers import audited, exit_on, job_id, post, sent_fixture, state  # noqa: F401
 from tests.scheduling.seed_e2e import client_for
@@ -136,3 +136,18 @@ def test_an_operator_requeues_running_work_it_keeps_its_nodes_until_gone_then_qu
     assert audited("requeue", pk) == [("op", "node maintenance")]
     assert list(alloc.events.order_by("id").values_list("to_state", flat=True)) == [
         "pending", "running", "terminating", "terminating", "pending", "running"]
+
+
+def test_a_submission_without_a_group_goes_to_the_tenants_default_set_by_an_operator(
+        cluster, django_capture_on_commit_callbacks):
+    alice, op = client_for("alice"), client_for("op")
+    body = {"vcluster": "hpc", "per_node": {"gpu": 8}, "command": ["train"]}
+    refused = post(alice, "/api/v1/allocations/", body)
+    assert refused.status_code == 400 and "resource_group" in refused.json()
+    patched = op.patch("/api/v1/quotas/physics/", {"default_resource_group": "rg-main", "reason": "one group"},
+                       content_type="application/json")
+    assert patched.status_code == 200, patched.json()
+    assert audited("edit", Quota.objects.get(tenant__name="physics").pk) == [("op", "one group")]
+    with django_capture_on_commit_callbacks(execute=True):
+        made = post(alice, "/api/v1/allocations/", body)
+    assert made.status_code == 201 and made.json()["resource_group"] == "rg-main"
