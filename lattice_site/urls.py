@@ -28,6 +28,7 @@ urlpatterns = [
     path("jobs/new/", portal.submit, name="job-submit"),
     path("jobs/<int:pk>/", portal.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", portal.cancel, name="job-cancel"),
+    path("jobs/<int:pk>/<slug:name>/", portal.verb, name="job-verb"),
     path("api/v1/", include("scheduling.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

@@ -13,6 +13,7 @@ from nodes.models import Node, NodeState
 from scheduling.models import Placement, PlacementDevice
 from scheduling.permissions import operator_required
 from scheduling.selectors import audit_changes, audit_entries
+from scheduling.web.confirm import confirmation
 
 ACTIONS = ("drain", "undrain", "agent_token")
 
@@ -34,6 +35,10 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
             token = actions.agent_token_replace(node=node, actor=request.user, reason=reason)
             form = NodeChange()
         else:
+            asked = confirmation(request, f"Drain {node.name}? No new work goes to it until an undrain.",
+                                 f"/ops/nodes/{node.name}/") if what == "drain" else None
+            if asked is not None:
+                return asked
             (actions.node_drain if what == "drain" else actions.node_undrain)(
                 node=node, actor=request.user, reason=reason)
             return redirect("ops-node", name=node.name)

@@ -2,17 +2,22 @@
 
     lattice [--url URL] [--token-file PATH] [--json] COMMAND ...     (python -m scheduling.cli from a checkout)
 
-    submit --group G [--vcluster V] [--session-type S] [--nodes N] [--gpus N] [--cpus N]
+    login [--token-file PATH]            (the token from standard input otherwise)
+    submit [--group G] [--vcluster V] [--session-type S] [--nodes N] [--gpus N] [--cpus N]
            [--memory N] [--class C] [--priority P] [--checkpoint auto|manual|none]
-           [--walltime MIN] [--name NAME] [--file JOB.json] [--what-if] [-- COMMAND ...]
-    list [--state S[,S]] [--group G]
-    show ID | events ID | explain ID | cancel ID
+           [--walltime MIN] [--name NAME] [--dependency afterok:ID[:ID][,afterany:ID]]
+           [--array 0-99%10] [--hold] [--file JOB.json] [--what-if] [-- COMMAND ...]
+    list [--state S[,S]] [--group G] [--array ID]
+    show ID | events ID | explain ID | cancel ID | hold ID | release ID | requeue ID
+                                         (hold, release, requeue take [--reason TEXT])
 
 A client like any other: it sends ``Authorization: Token`` with a token from
-``manage.py api_token`` (or POST /api/v1/tokens/), read from ``--token-file`` or
-``LATTICE_TOKEN``; the server is ``--url`` or ``LATTICE_URL``. ``--file`` is a job
-document with the API's own field names; flags given as well override its fields.
-``--what-if`` prints the decision the job would get now and stores nothing.
+``manage.py api_token`` (or POST /api/v1/tokens/). Where it finds the server and the token
+(``--url``, ``LATTICE_URL``, ``--token-file``, ``LATTICE_TOKEN``, the config file ``login``
+writes) is in cli_config.py. ``--file`` is a job document with the API's own field names;
+flags given as well override its fields. ``--group`` may be left out when an operator gave
+the tenant a default resource group. ``--what-if`` prints the decision the job would get now
+and stores nothing.
 
 Exit codes: 0 done; 1 the server refused (its message is printed: field errors,
 a quota, a token it does not know) or could not be reached; 2 bad usage or a bad
@@ -23,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import urllib.error
 import urllib.parse
@@ -31,9 +35,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, TextIO
 
+from scheduling import cli_config
 from scheduling.version import version
-
-DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 class Refused(Exception):
@@ -112,11 +115,29 @@ def job_document(args: argparse.Namespace) -> dict[str, Any]:
         doc["per_node"] = {**(doc.get("per_node") or {}), **per_node}
     if args.command:
         doc["command"] = args.command[1:] if args.command[0] == "--" else args.command
-    if "resource_group" not in doc:
-        raise Usage("a job needs a resource group: --group, or resource_group in --file")
+    if args.dependency:
+        doc["depends_on"] = dependencies(args.dependency)
+    if args.array:
+        doc["array"] = args.array
+    if args.hold:
+        doc["held"] = True
     if not doc.get("per_node"):
         raise Usage("a job needs resources per node: --gpus, --cpus or --memory, or per_node in --file")
     return doc
+
+
+DEPENDENCY_TYPES = ("afterok", "afterany", "afternotok")
+
+
+def dependencies(text: str) -> list[dict[str, Any]]:
+    """Slurm's ``--dependency`` syntax: ``afterok:12:13,afterany:14`` (type, then job ids)."""
+    out: list[dict[str, Any]] = []
+    for part in text.split(","):
+        kind, *ids = part.strip().split(":")
+        if kind not in DEPENDENCY_TYPES or not ids or not all(i.isdigit() for i in ids):
+            raise Usage(f"--dependency {part!r}: TYPE:ID[:ID...] with TYPE one of {', '.join(DEPENDENCY_TYPES)}")
+        out += [{"type": kind, "job": int(i)} for i in ids]
+    return out
 
 
 def _allocation_line(a: dict[str, Any]) -> str:
@@ -132,8 +153,13 @@ def _decision_text(d: dict[str, Any] | None) -> str:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> None:
-    token = _token(args)
-    client = Client(args.url, token)
+    try:
+        url = cli_config.server_url(args.url)
+        if args.cmd == "login":
+            return login(args, url, out)
+        client = Client(url, _token(args))
+    except cli_config.ConfigError as exc:
+        raise Usage(str(exc)) from None
 
     def show(value: Any, text: str) -> None:
         out.write((json.dumps(value, indent=2) if args.json else text) + "\n")
@@ -144,9 +170,13 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
             d = client.call("POST", "/allocations/what-if/", doc)
             return show(d, "would " + _decision_text(d) + " (nothing stored)")
         a = client.call("POST", "/allocations/", doc)
+        if "tasks" in a:
+            return show(a, f"submitted array #{a['id']} of {a['size']} tasks: "
+                           + " ".join(f"#{t['id']}[{t['index']}]" for t in a["tasks"]))
         return show(a, f"submitted #{a['id']} ({a['state']})")
     if args.cmd == "list":
-        query = {k: v for k, v in (("state", args.state), ("resource_group", args.group)) if v}
+        query = {k: v for k, v in (("state", args.state), ("resource_group", args.group),
+                                   ("array", args.array)) if v}
         rows = client.pages("/allocations/", query)
         return show(rows, "\n".join(map(_allocation_line, rows)) or "no allocations")
     path = f"/allocations/{args.id}/"
@@ -169,6 +199,9 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
     if args.cmd == "cancel":
         a = client.call("POST", path + "cancel/", {})
         return show(a, f"#{a['id']} is {a['state']}")
+    if args.cmd in ("hold", "release", "requeue"):
+        a = client.call("POST", path + f"{args.cmd}/", {"reason": args.reason or ""})
+        return show(a, f"#{a['id']} is {a['state']}{' (held)' if a['held'] else ''}")
     raise Usage(f"unknown command {args.cmd}")  # argparse refuses it first
 
 
@@ -180,26 +213,37 @@ def _score_lines(score: dict) -> list[str]:
     return lines
 
 
-def _token(args: argparse.Namespace) -> str:
+def login(args: argparse.Namespace, url: str, out: TextIO) -> None:
+    """Check a token against the server, then save the server and the token for later commands."""
+    secret = None
     if args.token_file:
-        try:
-            token = Path(args.token_file).read_text().strip()
-        except OSError as exc:
-            raise Usage(f"cannot read the token file {args.token_file}: {exc.strerror}") from None
+        token = cli_config.token(args.token_file)
     else:
-        token = os.environ.get("LATTICE_TOKEN", "").strip()
+        secret = token = sys.stdin.readline().strip()
     if not token:
-        raise Usage("no API token: --token-file PATH or LATTICE_TOKEN (issue one with manage.py api_token USER)")
+        raise Usage("no token given: --token-file PATH, or the token on standard input")
+    Client(url, token).call("GET", "/tokens/")  # a token the server does not know is refused here
+    path = cli_config.save_login(url, secret, args.token_file)
+    out.write(f"logged in to {url}; saved in {path}\n")
+
+
+def _token(args: argparse.Namespace) -> str:
+    token = cli_config.token(args.token_file)
+    if not token:
+        raise Usage("no API token: --token-file PATH, LATTICE_TOKEN or `login` "
+                    "(issue one with manage.py api_token USER)")
     return token
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lattice", description="Lattice allocations from the shell.")
     p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
-    p.add_argument("--url", default=os.environ.get("LATTICE_URL", DEFAULT_URL), help="the Lattice server")
+    p.add_argument("--url", help="the Lattice server, its root or its API's root (else LATTICE_URL, else the "
+                                 "config file `login` writes, else http://127.0.0.1:8000)")
     p.add_argument("--token-file", help="a file holding an API token (else LATTICE_TOKEN)")
     p.add_argument("--json", action="store_true", help="print the API's JSON instead of text")
     sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("login", help="check a token (standard input, or --token-file) and save it with --url")
     s = sub.add_parser("submit", help="submit a job (or --what-if: what would happen now)")
     s.add_argument("--file", help="a JSON job document with the API's field names")
     s.add_argument("--group", help="resource group")
@@ -215,15 +259,23 @@ def parser() -> argparse.ArgumentParser:
                    help="default: none (the server's default, as on the web form)")
     s.add_argument("--walltime", type=float, help="minutes")
     s.add_argument("--name")
+    s.add_argument("--dependency", help="afterok:ID[:ID],afterany:ID,afternotok:ID (jobs of the same tenant)")
+    s.add_argument("--array", help="an array of tasks: 0-99%%10, 1,3,5-7 (%%N: at most N running)")
+    s.add_argument("--hold", action="store_true", help="submit it held (release it later)")
     s.add_argument("--what-if", action="store_true", help="print the decision it would get now; store nothing")
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
     lst = sub.add_parser("list", help="my tenant's allocations, newest first")
     lst.add_argument("--state", help="comma-separated states")
     lst.add_argument("--group", help="resource group")
+    lst.add_argument("--array", help="the tasks of one array (its id)")
     for name, text in (("show", "one allocation"), ("events", "its history"),
-                       ("explain", "why it waits or was preempted"), ("cancel", "cancel it")):
+                       ("explain", "why it waits or was preempted"), ("cancel", "cancel it"),
+                       ("hold", "hold pending work"), ("release", "release a hold"),
+                       ("requeue", "operators: stop running work and queue it again")):
         one = sub.add_parser(name, help=text)
         one.add_argument("id", type=int)
+        if name in ("hold", "release", "requeue"):
+            one.add_argument("--reason", help="kept in the audit log (operators must give one)")
     return p
 
 

@@ -12,6 +12,7 @@ from scheduling.models import (
     Allocation,
     AllocationEvent,
     DecisionAudience,
+    JobArray,
     PolicyChange,
     PreemptionDecision,
 )
@@ -40,6 +41,12 @@ def allocations_visible(user: Any) -> QuerySet[Allocation]:
     if is_operator(user):
         return qs
     return qs.filter(tenant_id__in=tenant_ids(user))
+
+
+def arrays_visible(user: Any) -> QuerySet[JobArray]:
+    """Arrays as allocations: operators all, members their tenants'."""
+    qs = JobArray.objects.select_related("tenant", "resource_group")
+    return qs if is_operator(user) else qs.filter(tenant_id__in=tenant_ids(user))
 
 
 def events_of(allocation: Allocation) -> QuerySet[AllocationEvent]:

@@ -13,7 +13,15 @@ from scheduling.actions.quotas import check_quota, tenant_usage
 from scheduling.actions.release import allocation_release, give_back_borrowed
 from scheduling.dispatch import event_on_commit, request_pass_on_commit
 from scheduling.errors import Conflict, DomainError
-from scheduling.models import Allocation, AllocationEvent, Membership, Quota, ResourceGroup, Tenant
+from scheduling.models import (
+    Allocation,
+    AllocationEvent,
+    JobArray,
+    Membership,
+    Quota,
+    ResourceGroup,
+    Tenant,
+)
 from scheduling.states import FINAL, HOLDING, State
 
 
@@ -78,7 +86,39 @@ def allocation_submit(*, user: AbstractBaseUser, tenant: Tenant, group: Resource
     return alloc
 
 
-def allocation_cancel(*, allocation: Allocation, actor: AbstractBaseUser, reason: str = "cancelled") -> Allocation:
+def array_submit(*, user: AbstractBaseUser, tenant: Tenant, group: ResourceGroup, fields: dict[str, Any],
+                 spec: str, indices: list[int], throttle: int | None) -> JobArray:
+    """Store an array: one pending allocation per index, each with ``LATTICE_ARRAY_ID`` and
+    ``LATTICE_ARRAY_INDEX`` in its environment. The hard quota is checked for all the tasks at
+    once, in the transaction that inserts them: the whole array is admitted or none of it."""
+    nodes = int(fields.get("node_count", 1))
+    gpus = nodes * int(fields.get("per_node_gpu", 0))
+    count = len(indices)
+    now = timezone.now()
+    with transaction.atomic():
+        quota = Quota.objects.select_for_update().filter(tenant=tenant).first()
+        if quota is None:
+            raise Conflict("the tenant has no quota; ask an operator", field="tenant")
+        check_quota(quota, tenant_usage(tenant), nodes=nodes * count, gpus=gpus * count, allocations=count)
+        array = JobArray.objects.create(tenant=tenant, user=user, resource_group=group, spec=spec,
+                                        throttle=throttle, size=count, submitted_at=now)
+        base_env = dict(fields.get("env") or {})
+        tasks = Allocation.objects.bulk_create([
+            Allocation(resource_group=group, tenant=tenant, user=user, submitted_at=now, state=State.PENDING,
+                       array=array, array_index=i,
+                       **{**fields, "env": {**base_env, "LATTICE_ARRAY_ID": str(array.pk),
+                                            "LATTICE_ARRAY_INDEX": str(i)}})
+            for i in indices])
+        AllocationEvent.objects.bulk_create([
+            AllocationEvent(allocation=a, from_state="", to_state=State.PENDING, actor=user,
+                            reason=f"submitted: task {a.array_index} of array {array.pk}") for a in tasks])
+        event_on_commit("array.submitted", {"array": array.pk, "allocations": [a.pk for a in tasks]}, tenant.pk)
+        request_pass_on_commit(group.pk)
+    return array
+
+
+def allocation_cancel(*, allocation: Allocation, actor: AbstractBaseUser | None,
+                      reason: str = "cancelled") -> Allocation:
     """Cancel pending or suspended work at once; running work is stopped by its agent first."""
     with transaction.atomic():
         alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)

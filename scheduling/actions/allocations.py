@@ -10,10 +10,12 @@ from django.db import connection, transaction
 from django.db.models import Case, Value, When
 from django.utils import timezone
 
+from scheduling.dispatch import request_pass_on_commit
 from scheduling.errors import InvalidTransition
 from scheduling.models import Allocation, AllocationEvent, PreemptionDecision
+from scheduling.models.allocations import DependencyStatus
 from scheduling.passes.bulk import array_type, column, execute, insert_rows, stored
-from scheduling.states import allowed
+from scheduling.states import FINAL, State, allowed
 
 
 def allocation_transition(
@@ -52,9 +54,25 @@ def allocation_transition(
             allocation=allocation, from_state=from_state, to_state=to, reason=reason[:255],
             decision=decision, actor=actor if actor is not None and actor.is_authenticated else None,
         )
+        if to in FINAL:
+            dependents_wake(allocation)
     for key, value in changes.items():
         setattr(allocation, key, value)
     return allocation
+
+
+def dependents_wake(allocation: Allocation) -> None:
+    """An allocation ended: the groups where its tenant has work waiting on a dependency get a pass
+    after commit, which settles those dependencies (actions/dependencies.py). Dependencies are
+    within one tenant, so only its waiting work is looked at (one indexed query)."""
+    tenant_id = allocation.tenant_id
+    if tenant_id is None:
+        tenant_id = Allocation.objects.filter(pk=allocation.pk).values_list("tenant_id", flat=True).first()
+    groups = set(Allocation.objects.filter(tenant_id=tenant_id, state=State.PENDING,
+                                           dependency=DependencyStatus.WAITING)
+                 .values_list("resource_group_id", flat=True).distinct())
+    for group_id in sorted(groups):
+        request_pass_on_commit(group_id)
 
 
 def allocations_transition(

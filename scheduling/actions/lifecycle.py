@@ -35,7 +35,7 @@ def mode_of(alloc: Allocation) -> str:
 def requeue(alloc: Allocation, *, reason: str, resume: bool, now: datetime, **extra: Any) -> None:
     allocation_transition(allocation=alloc, to=State.PENDING, reason=reason, now=now, fields={
         "preempted_count": alloc.preempted_count + 1, "resume_from_checkpoint": resume, "started_at": None,
-        "deadline_at": None, **extra})
+        "deadline_at": None, "requeue_asked": False, **extra})
 
 
 # Exit reasons the agent gives only for processes the control plane asked it to stop.
@@ -73,7 +73,9 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
         elif alloc.state == State.TERMINATING and alloc.fail_reason:
             stopped_failed(alloc, f"exited: {reason} ({exit_code})", moment, fields=fields)
         elif alloc.state == State.TERMINATING:
-            if mode == "terminate":
+            if alloc.requeue_asked:  # an operator's requeue: back to the queue whatever the mode
+                requeue(alloc, reason="requeued by an operator", resume=False, now=moment, **fields)
+            elif mode == "terminate":
                 allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="preempted (terminate mode)",
                                       now=moment, fields={**fields, "ended_at": moment})
             else:
@@ -144,6 +146,7 @@ def requeue_failed(alloc: Allocation) -> Allocation | None:
     copy.requeued_from = alloc
     copy.started_at = copy.ended_at = copy.exit_code = copy.deadline_at = copy.preempted_by = None
     copy.fail_reason = ""
+    copy.requeue_asked = False
     copy.save()
     AllocationEvent.objects.create(allocation=copy, from_state="", to_state=State.PENDING,
                                    reason=f"requeued from {alloc.pk} ({copy.requeue_count}/{alloc.max_requeue})")
@@ -181,7 +184,7 @@ def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) 
             stopped_failed(alloc, "killed after grace", moment, command="kill")
         else:
             # The agent never reported the exit within the grace: kill, and count it as exited.
-            if mode_of(alloc) == "terminate":
+            if mode_of(alloc) == "terminate" and not alloc.requeue_asked:
                 allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="killed after grace",
                                       now=moment, fields={"ended_at": moment})
             else:

@@ -11,7 +11,7 @@ import orjson
 from nodes.models import Node
 from nodes.protocol import MAX_START_FRAME_BYTES, Start, encode
 from scheduling.engine.cluster import floor_limit
-from scheduling.models import Quota, ResourceGroup, SessionType, VCluster
+from scheduling.models import Allocation, Quota, ResourceGroup, SessionType, VCluster
 from scheduling.models.allocations import RESOURCES
 
 
@@ -96,3 +96,48 @@ def session_type_escapes(fields: dict[str, Any], session_type: SessionType | Non
         if getattr(session_type, kind):
             out[field] = shielded
     return out
+
+
+MAX_ARRAY_TASKS = 1000
+MAX_ARRAY_INDEX = 1_000_000
+
+
+def parse_array(spec: str) -> tuple[list[int], int | None]:
+    """``"0-99%10"``, ``"1,3,5-7"``, ``"0-15:4"`` (a step): the indices in ascending order and the
+    throttle (``%N``, at most N tasks running at once), or ValueError saying what is wrong."""
+    body, _, throttle_text = spec.strip().partition("%")
+    throttle = None
+    if throttle_text:
+        if not throttle_text.isdigit() or int(throttle_text) < 1:
+            raise ValueError(f"the throttle after % must be a positive integer, not {throttle_text!r}")
+        throttle = int(throttle_text)
+    indices: set[int] = set()
+    for part in body.split(","):
+        part = part.strip()
+        span, _, step_text = part.partition(":")
+        low_text, dash, high_text = span.partition("-")
+        if not low_text.isdigit() or (dash and not high_text.isdigit()) or (step_text and not step_text.isdigit()):
+            raise ValueError(f"{part!r} is not an index, a range A-B or a range with a step A-B:S")
+        low, high = int(low_text), int(high_text) if dash else int(low_text)
+        step = int(step_text) if step_text else 1
+        if high < low or step < 1 or high > MAX_ARRAY_INDEX:
+            raise ValueError(f"{part!r}: ranges go upwards, steps are positive, indices at most {MAX_ARRAY_INDEX}")
+        if (high - low) // step + 1 + len(indices) > MAX_ARRAY_TASKS:
+            raise ValueError(f"an array has at most {MAX_ARRAY_TASKS} tasks")
+        indices.update(range(low, high + 1, step))
+    return sorted(indices), throttle
+
+
+def dependency_errors(tenant: Any, depends_on: list[dict[str, Any]]) -> str | None:
+    """Dependencies name jobs of the same tenant that exist: another tenant's job, or one not yet
+    submitted, is refused. A job's dependencies are fixed when it is submitted and only name jobs
+    that exist then, so no cycle can form (a job cannot name itself or a later job)."""
+    ids = [int(d["job"]) for d in depends_on]
+    if len(set(ids)) != len(ids):
+        return "a job is named twice"
+    known = set(Allocation.objects.filter(pk__in=ids, tenant=tenant).values_list("id", flat=True))
+    missing = [str(i) for i in ids if i not in known]
+    if missing:
+        return (f"no job {', '.join(missing)} of tenant {tenant.name} (a dependency names an earlier job of "
+                "the same tenant; one not yet submitted could close a cycle)")
+    return None

@@ -7,18 +7,43 @@ from typing import Any
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from scheduling import decisions
-from scheduling.actions.admission import allocation_cancel, allocation_submit
+from scheduling.actions.admission import allocation_cancel, allocation_submit, array_submit
+from scheduling.actions.batch import (
+    allocation_hold,
+    allocation_release_hold,
+    allocation_requeue,
+    array_apply,
+)
 from scheduling.api.filters import AllocationFilter
 from scheduling.api.pagination import NewestFirst, OldestFirst
-from scheduling.api.serializers import AllocationInput, AllocationOutput, EventOutput
-from scheduling.models import Allocation
-from scheduling.selectors import allocations_visible, events_of, explanation
+from scheduling.api.serializers import (
+    AllocationInput,
+    AllocationOutput,
+    ArrayOutput,
+    EventOutput,
+    VerbInput,
+)
+from scheduling.models import Allocation, JobArray
+from scheduling.permissions import IsOperator, is_operator
+from scheduling.selectors import allocations_visible, arrays_visible, events_of, explanation
+
+
+def verb_reason(request: Request, default: str) -> tuple[str, bool]:
+    """The reason given for a hold, release or requeue (operators must give one), and whether the
+    caller acts as an operator."""
+    data = VerbInput(data=request.data)
+    data.is_valid(raise_exception=True)
+    operator = is_operator(request.user)
+    reason = data.validated_data["reason"].strip()
+    if operator and not reason:
+        raise serializers.ValidationError({"reason": ["operators give a reason (kept in the audit log)"]})
+    return reason or default, operator
 
 
 class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -40,10 +65,47 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     def create(self, request: Request) -> Response:
         data = AllocationInput(data=request.data, context={"request": request})
         data.is_valid(raise_exception=True)
+        array = data.array_spec()
+        if array is not None:
+            spec, indices, throttle = array
+            made = array_submit(user=request.user, tenant=data.validated_data["tenant_obj"],
+                                group=data.validated_data["resource_group"], fields=data.model_fields(),
+                                spec=spec, indices=indices, throttle=throttle)
+            return Response(ArrayOutput(arrays_visible(request.user).get(pk=made.pk)).data,
+                            status=status.HTTP_201_CREATED)
         alloc = allocation_submit(user=request.user, tenant=data.validated_data["tenant_obj"],
                                   group=data.validated_data["resource_group"], fields=data.model_fields())
         alloc = allocations_visible(request.user).get(pk=alloc.pk)
         return Response(AllocationOutput(alloc).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=VerbInput, responses={200: AllocationOutput})
+    @action(detail=True, methods=["post"])
+    def hold(self, request: Request, pk: str | None = None) -> Response:
+        """Hold pending work: the pass skips it until it is released (a tenant its own tenant's
+        work, an operator any, with a reason)."""
+        alloc = self.get_object()
+        reason, operator = verb_reason(request, "held by its tenant")
+        allocation_hold(allocation=alloc, actor=request.user, reason=reason, operator=operator)
+        return Response(AllocationOutput(allocations_visible(request.user).get(pk=alloc.pk)).data)
+
+    @extend_schema(request=VerbInput, responses={200: AllocationOutput})
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, pk: str | None = None) -> Response:
+        """Release a hold (a tenant only its own tenant's holds, not an operator's)."""
+        alloc = self.get_object()
+        reason, operator = verb_reason(request, "released by its tenant")
+        allocation_release_hold(allocation=alloc, actor=request.user, reason=reason, operator=operator)
+        return Response(AllocationOutput(allocations_visible(request.user).get(pk=alloc.pk)).data)
+
+    @extend_schema(request=VerbInput, responses={200: AllocationOutput})
+    @action(detail=True, methods=["post"], permission_classes=[IsOperator])
+    def requeue(self, request: Request, pk: str | None = None) -> Response:
+        """Operators: stop running work (it keeps its nodes until gone) and queue it again with its
+        submission time."""
+        alloc = self.get_object()
+        reason, _ = verb_reason(request, "")
+        allocation_requeue(allocation=alloc, actor=request.user, reason=reason)
+        return Response(AllocationOutput(allocations_visible(request.user).get(pk=alloc.pk)).data)
 
     @extend_schema(request=None, responses={200: AllocationOutput})
     @action(detail=True, methods=["post"])
@@ -84,3 +146,35 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         data.is_valid(raise_exception=True)
         return Response(decisions.what_if(data.validated_data["resource_group"], data.validated_data["tenant_obj"],
                                           data.model_fields(), request.user.get_username()))
+
+
+class ArrayViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Arrays of tasks: each with its tasks' ids, indices and states; cancel, hold or release all
+    of them at once (a task alone through ``/allocations/{id}/``)."""
+
+    serializer_class = ArrayOutput
+    pagination_class = NewestFirst
+
+    def get_queryset(self) -> QuerySet[JobArray]:
+        return arrays_visible(self.request.user)
+
+    def _verb(self, request: Request, verb: str) -> Response:
+        array = self.get_object()
+        reason, operator = verb_reason(request, f"{verb} of the array by its tenant")
+        outcome = array_apply(array=array, verb=verb, actor=request.user, reason=reason, operator=operator)
+        return Response({**ArrayOutput(array).data, **outcome})
+
+    @extend_schema(request=VerbInput, responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        return self._verb(request, "cancel")
+
+    @extend_schema(request=VerbInput, responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["post"])
+    def hold(self, request: Request, pk: str | None = None) -> Response:
+        return self._verb(request, "hold")
+
+    @extend_schema(request=VerbInput, responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, pk: str | None = None) -> Response:
+        return self._verb(request, "release")

@@ -13,7 +13,7 @@ from scheduling.models import Allocation, PolicyChange, PreemptionDecision, Reso
 from scheduling.states import State
 
 AUDIT_ACTIONS = ("create", "edit", "delete", "protect", "force_preempt", "pause", "resume", "drain", "undrain",
-                 "agent_token")
+                 "agent_token", "hold", "release", "requeue")
 
 
 class ChoicesIn(filters.BaseInFilter, filters.ChoiceFilter):
@@ -28,6 +28,8 @@ def _group() -> filters.ModelChoiceFilter:
 class AllocationFilter(filters.FilterSet):
     state = ChoicesIn(choices=State.choices, help_text="one state, or several separated by commas")
     resource_group = _group()
+    array = filters.NumberFilter(field_name="array_id", help_text="the tasks of one array (its id)")
+    held = filters.BooleanFilter()
 
     class Meta:
         model = Allocation

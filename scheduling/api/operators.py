@@ -137,13 +137,17 @@ class SessionTypeViewSet(AuditedViewSet):
 
 class QuotaOutput(Checked):
     tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    default_resource_group = serializers.SlugRelatedField(
+        slug_field="name", queryset=ResourceGroup.objects.all(), required=False, allow_null=True,
+        help_text="Where the tenant's submissions without resource_group go (null: they must name one).")
 
     class Meta:
         model = Quota
         fields = ["id", "tenant", "max_nodes", "max_gpus", "max_concurrent_allocations", "max_preemption_class",
                   "max_priority", "default_priority", "priority_changeable", "min_priority", "fair_share",
                   "burst_allowance", "gpu_hours_budget",
-                  "allow_non_preemptible", "allow_exclusive", "allow_forced", "allow_backfill", "reason"]
+                  "allow_non_preemptible", "allow_exclusive", "allow_forced", "allow_backfill",
+                  "default_resource_group", "reason"]
 
 
 class QuotaViewSet(AuditedViewSet):

@@ -11,14 +11,24 @@ from rest_framework import serializers
 
 from scheduling.actions.admission import priority_for, tenant_for
 from scheduling.api.admission_checks import (
+    MAX_ARRAY_INDEX,
+    dependency_errors,
     escape_errors,
     never_fits_errors,
+    parse_array,
     session_type_escapes,
     start_frame_errors,
 )
 from scheduling.errors import DomainError
 from scheduling.models import Allocation, AllocationEvent, ResourceGroup, SessionType, VCluster
-from scheduling.models.allocations import RESOURCES, Checkpoint, RequeuePolicy
+from scheduling.models.allocations import (
+    RESOURCES,
+    Checkpoint,
+    DependencyStatus,
+    DependencyType,
+    HeldBy,
+    RequeuePolicy,
+)
 
 
 class RefuseUnknown:
@@ -43,15 +53,44 @@ class ReasonInput(RefuseUnknown, serializers.Serializer):
     reason = serializers.CharField(max_length=2000)
 
 
+class VerbInput(RefuseUnknown, serializers.Serializer):
+    """Why a job is held, released or requeued; kept in the audit log and its history. Operators
+    must give one; a tenant's own hold may go without."""
+
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class ArrayOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    spec = serializers.CharField()
+    throttle = serializers.IntegerField(allow_null=True)
+    size = serializers.IntegerField()
+    resource_group = serializers.CharField(source="resource_group.name")
+    tenant = serializers.CharField(source="tenant.name")
+    submitted_at = serializers.DateTimeField()
+    tasks = serializers.SerializerMethodField(help_text="Each task: id, index, state, held.")
+
+    def get_tasks(self, array: Any) -> list[dict[str, Any]]:
+        return [{"id": pk, "index": index, "state": state, "held": held} for pk, index, state, held in
+                array.tasks.order_by("array_index").values_list("id", "array_index", "state", "held")]
+
+
 class ConstraintsField(RefuseUnknown, serializers.Serializer):
     labels = serializers.DictField(child=serializers.CharField(max_length=128), required=False)
     same = serializers.CharField(max_length=64, required=False)
 
 
+class DependencyInput(RefuseUnknown, serializers.Serializer):
+    type = serializers.ChoiceField(choices=DependencyType.choices)
+    job = serializers.IntegerField(min_value=1)
+
+
 class AllocationInput(RefuseUnknown, serializers.Serializer):
     """What a tenant submits. Validates everything; nothing is stored here."""
 
-    resource_group = serializers.SlugRelatedField(slug_field="name", queryset=ResourceGroup.objects.all())
+    resource_group = serializers.SlugRelatedField(
+        slug_field="name", queryset=ResourceGroup.objects.all(), required=False,
+        help_text="Omitted: the tenant's default resource group (set by an operator on its quota).")
     tenant = serializers.CharField(required=False, max_length=64)
     name = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
     vcluster = serializers.CharField(required=False, allow_null=True, max_length=64, default=None)
@@ -82,6 +121,25 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
     env = serializers.DictField(child=serializers.CharField(max_length=4096, allow_blank=True), default=dict)
     requeue_policy = serializers.ChoiceField(choices=RequeuePolicy.choices, default=RequeuePolicy.ON_NODE_FAILURE)
     max_requeue = serializers.IntegerField(min_value=0, max_value=10, default=3)
+    held = serializers.BooleanField(default=False, help_text="Submit it held: it waits until released.")
+    depends_on = serializers.ListField(
+        child=DependencyInput(), max_length=32, default=list,
+        help_text='Earlier jobs of the same tenant: [{"type": "afterok|afterany|afternotok", "job": ID}]; '
+                  "it is not considered until all are met.")
+    kill_on_invalid_dep = serializers.BooleanField(
+        default=True, help_text="Cancel it (DependencyNeverSatisfied) when a dependency can never be met; "
+                                "false: it stays pending.")
+    array = serializers.CharField(
+        required=False, allow_null=True, default=None, max_length=255,
+        help_text='Submit an array of tasks: "0-99%10", "1,3,5-7", "0-15:4"; %N runs at most N at once.')
+
+    def validate_array(self, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_array(value)
+            except ValueError as exc:
+                raise serializers.ValidationError(str(exc)) from None
+        return value
 
     def validate_per_node(self, value: dict[str, int]) -> dict[str, int]:
         unknown = sorted(set(value) - set(RESOURCES))
@@ -103,7 +161,10 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
         own_only = (not escaped["preemptible"] or attrs["sensitive"] or klass == 10
                     or (klass >= 7 and attrs["checkpoint"] == Checkpoint.NONE)
                     or (vc is not None and vc.type == "sensitive"))
-        return {**start_frame_errors(attrs["command"], attrs["env"]),
+        env = attrs["env"]
+        if attrs.get("array") is not None:  # each task's start frame carries its array's id and index too
+            env = {**env, "LATTICE_ARRAY_ID": "9" * 20, "LATTICE_ARRAY_INDEX": str(10 * MAX_ARRAY_INDEX)}
+        return {**start_frame_errors(attrs["command"], env),
                 **never_fits_errors(attrs["resource_group"], vc, attrs["per_node"], attrs["nodes"],
                                     own_only=own_only),
                 **escape_errors(attrs, getattr(tenant, "quota", None), st)}
@@ -114,8 +175,15 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
             tenant = tenant_for(user, attrs.get("tenant"))
         except DomainError as exc:
             raise serializers.ValidationError({"tenant": exc.message}) from None
-        group: ResourceGroup = attrs["resource_group"]
+        group = attrs.get("resource_group") or getattr(getattr(tenant, "quota", None), "default_resource_group", None)
+        if group is None:
+            raise serializers.ValidationError({"resource_group": "name a resource group (the tenant has no default)"})
+        attrs["resource_group"] = group
         errors: dict[str, str] = {}
+        if attrs["depends_on"]:
+            problem = dependency_errors(tenant, attrs["depends_on"])
+            if problem:
+                errors["depends_on"] = problem
         vc = st = None
         if attrs.get("vcluster"):
             vc = VCluster.objects.filter(resource_group=group, name=attrs["vcluster"]).first()
@@ -164,7 +232,19 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
             "forced": d["forced"], "backfill": d["backfill"], "constraints": constraints, "value": d["value"],
             "preemptive": d["preemptive"], "rank": d.get("rank"), "command": d["command"], "env": d["env"],
             "requeue_policy": d["requeue_policy"], "max_requeue": d["max_requeue"],
+            "held": d["held"], "held_by": HeldBy.USER if d["held"] else HeldBy.NONE,
+            "depends_on": [{"type": x["type"], "job": x["job"]} for x in d["depends_on"]],
+            "dependency": DependencyStatus.WAITING if d["depends_on"] else DependencyStatus.NONE,
+            "kill_on_invalid_dep": d["kill_on_invalid_dep"],
         }
+
+    def array_spec(self) -> tuple[str, list[int], int | None] | None:
+        """The array asked for (spec, indices, throttle), or None for a single job."""
+        spec = self.validated_data.get("array")
+        if spec is None:
+            return None
+        indices, throttle = parse_array(spec)
+        return spec, indices, throttle
 
 
 class AllocationOutput(serializers.ModelSerializer):
@@ -175,6 +255,8 @@ class AllocationOutput(serializers.ModelSerializer):
     session_type = serializers.CharField(source="session_type.name", allow_null=True, default=None)
     nodes = serializers.IntegerField(source="node_count")
     per_node = serializers.DictField(read_only=True)
+    array = serializers.IntegerField(source="array.id", allow_null=True, default=None,
+                                     help_text="The array this task belongs to (null: a single job).")
 
     class Meta:
         model = Allocation
@@ -183,11 +265,12 @@ class AllocationOutput(serializers.ModelSerializer):
                   "walltime_minutes", "sensitive", "preemptible", "exclusive", "constraints", "value",
                   "preemptive", "rank", "command", "env", "requeue_policy", "max_requeue", "requeue_count",
                   "preempted_count", "resume_from_checkpoint", "protected_until", "submitted_at", "started_at",
-                  "ended_at", "exit_code"]
+                  "ended_at", "exit_code", "held", "held_by", "depends_on", "dependency", "kill_on_invalid_dep",
+                  "array", "array_index"]
         read_only_fields = fields
 
     RELATED = {"tenant": "name", "user": "username", "resource_group": "name", "vcluster": "name",
-               "session_type": "name"}
+               "session_type": "name", "array": "id"}
 
     @classmethod
     def columns(cls) -> list[str]:

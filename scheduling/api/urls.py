@@ -2,7 +2,7 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from nodes.api import NodeViewSet
-from scheduling.api.allocations import AllocationViewSet
+from scheduling.api.allocations import AllocationViewSet, ArrayViewSet
 from scheduling.api.operators import (
     AuditViewSet,
     OverrideViewSet,
@@ -20,6 +20,7 @@ app_name = "api"
 
 router = DefaultRouter(trailing_slash=True)
 router.register("allocations", AllocationViewSet, basename="allocation")
+router.register("arrays", ArrayViewSet, basename="array")
 router.register("preemptions", PreemptionViewSet, basename="preemption")
 router.register("nodes", NodeViewSet, basename="node")
 router.register("tokens", TokenViewSet, basename="token")

@@ -1,4 +1,4 @@
-from .allocations import Allocation, AllocationEvent, Placement, PlacementDevice
+from .allocations import Allocation, AllocationEvent, JobArray, Placement, PlacementDevice
 from .cluster import ResourceGroup, SessionType, VCluster
 from .records import (
     DecisionAudience,
@@ -10,7 +10,8 @@ from .records import (
 from .tenancy import ApiToken, Membership, Quota, Tenant, TenantShare
 
 __all__ = [
-    "Allocation", "AllocationEvent", "ApiToken", "DecisionAudience", "Membership", "MetricRollup", "Placement",
-    "PlacementDevice", "PolicyChange", "PreemptionDecision", "Quota", "ResourceGroup", "SessionType", "SnapshotChange", "Tenant",
+    "Allocation", "AllocationEvent", "ApiToken", "DecisionAudience", "JobArray", "Membership", "MetricRollup",
+    "Placement", "PlacementDevice", "PolicyChange", "PreemptionDecision", "Quota", "ResourceGroup", "SessionType",
+    "SnapshotChange", "Tenant",
     "TenantShare", "VCluster",
 ]

@@ -25,6 +25,45 @@ class RequeuePolicy(models.TextChoices):
     ALWAYS = "always", "Always"
 
 
+class HeldBy(models.TextChoices):
+    NONE = "", "Not held"
+    USER = "user", "Its tenant"
+    OPERATOR = "operator", "An operator"
+
+
+class DependencyType(models.TextChoices):
+    AFTEROK = "afterok", "After it completes"
+    AFTERANY = "afterany", "After it ends, however"
+    AFTERNOTOK = "afternotok", "After it fails or is cancelled"
+
+
+class DependencyStatus(models.TextChoices):
+    NONE = "", "None, or met"
+    WAITING = "waiting", "Waiting for its dependencies"
+    NEVER = "never", "Can never be met"
+
+
+class JobArray(models.Model):
+    """Tasks submitted together from one request (``array: "0-99%10"``), each an allocation with
+    its index; at most ``throttle`` of them run at once (the pass enforces it)."""
+
+    tenant = models.ForeignKey("scheduling.Tenant", on_delete=models.PROTECT, related_name="arrays")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="arrays")
+    resource_group = models.ForeignKey("scheduling.ResourceGroup", on_delete=models.PROTECT, related_name="arrays")
+    spec = models.CharField(max_length=255, help_text='As submitted, e.g. "0-99%10" or "1,3,5-7".')
+    throttle = models.PositiveIntegerField(null=True, blank=True, help_text="At most this many running at once.")
+    size = models.PositiveIntegerField()
+    submitted_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [models.CheckConstraint(condition=Q(throttle__isnull=True) | Q(throttle__gte=1),
+                                              name="array_throttle_positive")]
+
+    def __str__(self) -> str:
+        return f"array {self.pk} [{self.spec}]"
+
+
 class Allocation(models.Model):
     resource_group = models.ForeignKey("scheduling.ResourceGroup", on_delete=models.PROTECT,
                                        related_name="allocations")
@@ -95,6 +134,22 @@ class Allocation(models.Model):
                                       related_name="requeues")
     ran_on = models.JSONField(default=list, blank=True,
                               help_text="Nodes of its latest placement; their agents may still report its exit.")
+    requeue_asked = models.BooleanField(
+        default=False, help_text="An operator asked to requeue it: once its process is gone it goes back to "
+                                 "pending, whatever the mode.")
+
+    # -- batch verbs: holds, dependencies, arrays (the pass considers none of what is held or waits)
+    held = models.BooleanField(default=False, help_text="Held: never started, never a preemptor, until released.")
+    held_by = models.CharField(max_length=8, choices=HeldBy.choices, default=HeldBy.NONE, blank=True,
+                               help_text="Who held it: its tenant may release only its own holds.")
+    depends_on = models.JSONField(default=list, blank=True,
+                                  help_text='[{"type": "afterok|afterany|afternotok", "job": ID}], same tenant.')
+    dependency = models.CharField(max_length=8, choices=DependencyStatus.choices, default=DependencyStatus.NONE,
+                                  blank=True, help_text="Whether its dependencies are still to be met.")
+    kill_on_invalid_dep = models.BooleanField(
+        default=True, help_text="Cancel it when a dependency can never be met (else it stays pending).")
+    array = models.ForeignKey(JobArray, on_delete=models.CASCADE, null=True, blank=True, related_name="tasks")
+    array_index = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
@@ -114,6 +169,9 @@ class Allocation(models.Model):
             models.CheckConstraint(condition=Q(checkpoint__in=Checkpoint.values), name="alloc_checkpoint_valid"),
             models.CheckConstraint(condition=Q(requeue_policy__in=RequeuePolicy.values),
                                    name="alloc_requeue_policy_valid"),
+            models.CheckConstraint(condition=Q(held_by__in=HeldBy.values), name="alloc_held_by_valid"),
+            models.CheckConstraint(condition=Q(dependency__in=DependencyStatus.values),
+                                   name="alloc_dependency_valid"),
         ]
 
     def __str__(self) -> str:

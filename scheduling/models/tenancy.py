@@ -89,6 +89,9 @@ class Quota(models.Model):
     allow_exclusive = models.BooleanField(default=False, help_text="May submit exclusive jobs.")
     allow_forced = models.BooleanField(default=False, help_text="May submit forced jobs.")
     allow_backfill = models.BooleanField(default=False, help_text="May submit backfill jobs.")
+    default_resource_group = models.ForeignKey(
+        "scheduling.ResourceGroup", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+        help_text="Where the tenant's work goes when a submission names no resource_group.")
 
     class Meta:
         constraints = [

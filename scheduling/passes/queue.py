@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
-from django.db.models import Case, F, FloatField, IntegerField, Max, Value, When
+from django.db.models import Case, F, FloatField, IntegerField, Max, Q, QuerySet, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -14,7 +15,7 @@ from scheduling.passes.holds import holds_of
 from scheduling.passes.ordering import queue_key
 from scheduling.passes.score import SCORED_WINDOW, QueueScorer
 from scheduling.passes.snapshot import ALLOCATION_FIELDS
-from scheduling.states import State
+from scheduling.states import HOLDING, State
 
 # The database's order, so the limit cuts the queue where ordering.queue_key would: the rows
 # fetched are then sorted by that key (the one the replay uses too). No session type sorts last.
@@ -35,12 +36,14 @@ def pending_queue(group: ResourceGroup, kind: str, limit: int, held: set[int] | 
     Preemptors already holding nodes (``held``, read here if not given) come first: their nodes
     are being freed for them. A fair_share pass gives ``standing`` (its tenants' tracked shares);
     elsewhere the tracked rows are read. A class_cost queue given a ``scorer`` is ordered by the
-    Lattice score (passes/score.py) over its first ``SCORED_WINDOW`` requests in class order."""
+    Lattice score (passes/score.py) over its first ``SCORED_WINDOW`` requests in class order.
+    Held work, work waiting on a dependency and array tasks past their array's throttle are left
+    out: the pass never considers them."""
     if held is None:
         held = set(holds_of(group))
     take = limit + len(held)
     scored = kind == "class_cost" and scorer is not None
-    qs = Allocation.objects.filter(resource_group=group, state=State.PENDING)
+    qs = within_throttle(schedulable(group), held)
     if kind == "fair_share":
         standing = standing if standing is not None else standing_by_tenant(group, timezone.now())
         qs = _by_deficit(qs, standing)
@@ -63,6 +66,33 @@ def row_key(kind: str, row: dict, standing: dict[int, Standing]) -> tuple:
                      session_priority=row["session_type__priority"], rank=row["rank"],
                      session_rank=row["session_type__rank"], starving=bool(mine and mine.starving),
                      deficit=mine.deficit if mine else 0.0)
+
+
+def schedulable(group: ResourceGroup) -> QuerySet[Allocation]:
+    """The group's pending work the pass may consider: not held, no dependency still to be met."""
+    return Allocation.objects.filter(resource_group=group, state=State.PENDING, held=False, dependency="")
+
+
+def within_throttle(qs: QuerySet[Allocation], held: set[int]) -> QuerySet[Allocation]:
+    """Tasks of a throttled array (``%N``) only as many as may still start: N less its tasks
+    holding nodes now, the first by index (a task already holding nodes being freed for it takes
+    its slot first). The pass holds the group's lock and the array's tasks all live in one group,
+    so no other pass starts one meanwhile."""
+    arrays = dict(qs.filter(array__throttle__isnull=False).values_list("array_id", "array__throttle").distinct())
+    if not arrays:
+        return qs
+    running = Counter(Allocation.objects.filter(array_id__in=list(arrays), state__in=list(HOLDING))
+                      .values_list("array_id", flat=True))
+    allowed: list[int] = []
+    for array_id, throttle in arrays.items():
+        slots = throttle - running[array_id]
+        if slots <= 0:
+            continue
+        tasks = list(qs.filter(array_id=array_id, id__in=held).values_list("id", flat=True)[:slots]) if held else []
+        tasks += qs.filter(array_id=array_id).exclude(id__in=held).order_by("array_index").values_list(
+            "id", flat=True)[:slots - len(tasks)]
+        allowed += tasks
+    return qs.filter(Q(array__isnull=True) | Q(array__throttle__isnull=True) | Q(id__in=allowed))
 
 
 def _by_deficit(qs: Any, standing: dict[int, Standing]) -> Any:

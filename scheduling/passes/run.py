@@ -14,6 +14,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from scheduling.actions.dependencies import dependencies_settle
 from scheduling.actions.starts import allocation_place
 from scheduling.dispatch import SCHEDULE_PASS, task_on_commit
 from scheduling.engine import Decision, decide
@@ -51,6 +52,7 @@ def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | N
 
 
 def _locked_pass(group: ResourceGroup, budget: int, now: datetime | None) -> PassResult:
+    dependencies_settle(group)  # work whose dependencies were met joins the queue read below
     snap = snapshot_cache.take(group)
     assert snap.quotas is not None, "snapshot_cache.take always gives a pass its quota book"
     as_of = now or timezone.now()

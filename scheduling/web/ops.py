@@ -42,6 +42,7 @@ from scheduling.passes.snapshot import load_snapshot, policy_of
 from scheduling.permissions import operator_required
 from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
 from scheduling.states import HOLDING, State
+from scheduling.web.confirm import confirmation
 from scheduling.web.paging import older_page
 
 
@@ -187,6 +188,10 @@ def override(request: HttpRequest, pk: int) -> HttpResponse:
     form = OverrideForm(request.POST)
     if not form.is_valid():
         return HttpResponse(f"invalid override: {form.errors.as_text()}", status=400)
+    if form.cleaned_data["action"] == "force_preempt":
+        asked = confirmation(request, f"Force job #{alloc.pk} out now, as a preemption would?", f"/jobs/{alloc.pk}/")
+        if asked is not None:
+            return asked
     try:
         if form.cleaned_data["action"] == "protect":
             allocation_protect(allocation=alloc, until=form.cleaned_data["until"], actor=request.user,
@@ -205,6 +210,11 @@ def pause(request: HttpRequest, name: str) -> HttpResponse:
     reason = request.POST.get("reason", "").strip()
     if not reason:
         return HttpResponse("a reason is required", status=400)
+    pausing = request.POST.get("paused") == "1"
+    asked = confirmation(request, f"{'Pause' if pausing else 'Resume'} preemption in {group.name}?",
+                         f"/ops/groups/{group.name}/")
+    if asked is not None:
+        return asked
     group_pause(group=group, paused=request.POST.get("paused") == "1", actor=request.user, reason=reason)
     return redirect("ops-group", name=group.name)
 

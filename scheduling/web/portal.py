@@ -7,6 +7,7 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -15,6 +16,7 @@ from django.views.decorators.http import require_POST
 
 from scheduling import decisions
 from scheduling.actions.admission import allocation_cancel, allocation_submit
+from scheduling.actions.batch import allocation_hold, allocation_release_hold, allocation_requeue
 from scheduling.api.serializers import AllocationInput
 from scheduling.errors import DomainError
 from scheduling.models import (
@@ -28,6 +30,7 @@ from scheduling.models import (
 from scheduling.permissions import is_operator
 from scheduling.selectors import allocations_visible, events_of, explanation, tenant_ids
 from scheduling.states import FINAL, State
+from scheduling.web.confirm import confirmation
 from scheduling.web.paging import older_page
 
 
@@ -58,10 +61,15 @@ def jobs(request: HttpRequest) -> HttpResponse:
         qs = qs.filter(state=state)
     else:
         state = ""
+    array = request.GET.get("array", "")
+    if array.isdigit():  # one array's tasks
+        qs = qs.filter(array_id=int(array))
+    else:
+        array = ""
     mine, older = older_page(qs, request)
     return render(request, "jobs/list.html", {
         "jobs": list(zip(mine, _risks(mine), strict=True)), "state": state, "states": State.values,
-        "query": urlencode({"state": state} if state else {}),
+        "array": array, "query": urlencode({k: v for k, v in (("state", state), ("array", array)) if v}),
         "next": older})
 
 
@@ -96,8 +104,41 @@ def cancel(request: HttpRequest, pk: int) -> HttpResponse:
     alloc = allocations_visible(request.user).filter(pk=pk, tenant_id__in=tenant_ids(request.user)).first()
     if alloc is None:
         raise Http404("no such allocation")
+    asked = confirmation(request, f"Cancel job #{alloc.pk}? Running work is stopped.", f"/jobs/{alloc.pk}/")
+    if asked is not None:
+        return asked
     try:
         allocation_cancel(allocation=alloc, actor=request.user)
+    except DomainError as exc:
+        return HttpResponse(exc.message, status=409)
+    return redirect("job-detail", pk=alloc.pk)
+
+
+VERBS = {"hold": allocation_hold, "release": allocation_release_hold}
+
+
+@login_required
+@require_POST
+def verb(request: HttpRequest, pk: int, name: str) -> HttpResponse:
+    """Hold or release a job (its tenant's members, or an operator, with a reason), or requeue
+    running work (operators)."""
+    operator = is_operator(request.user)
+    alloc = allocations_visible(request.user).filter(pk=pk).first()
+    if alloc is None or (not operator and alloc.tenant_id not in tenant_ids(request.user)):
+        raise Http404("no such allocation")
+    reason = request.POST.get("reason", "").strip()
+    if operator and not reason:
+        return HttpResponse("a reason is required (kept in the audit log)", status=400)
+    try:
+        if name == "requeue":
+            if not operator:
+                raise PermissionDenied("operators only")
+            allocation_requeue(allocation=alloc, actor=request.user, reason=reason)
+        elif name in VERBS:
+            VERBS[name](allocation=alloc, actor=request.user, reason=reason or f"{name} by its tenant",
+                        operator=operator)
+        else:
+            raise Http404("no such action")
     except DomainError as exc:
         return HttpResponse(exc.message, status=409)
     return redirect("job-detail", pk=alloc.pk)

@@ -21,7 +21,7 @@ def ops(client, operator):
 def test_drain_and_undrain_with_a_reason_each_audited(ops, node_gpu_a):
     url = "/ops/nodes/gpu-a/"
     assert "Drain</button>" in ops.get(url).content.decode()
-    done = ops.post(url, {"action": "drain", "reason": "disk replacement"})
+    done = ops.post(url, {"action": "drain", "reason": "disk replacement", "confirmed": "1"})
     assert done.status_code == 302 and Node.objects.get(pk=node_gpu_a.pk).state == "draining"
     page = ops.get(url).content.decode()
     assert "Undrain</button>" in page and "disk replacement" in page

@@ -77,7 +77,7 @@ def test_a_job_file_with_flags_over_it(lattice, tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [("{not json", "is not JSON"), ("[1, 2]", "must hold a JSON object"),
-                                              ('{"vcluster": "hpc"}', "needs a resource group"),
+                                              ('{"vcluster": "hpc"}', "needs resources per node"),
                                               ('{"resource_group": "rg-main"}', "needs resources per node")])
 def test_a_bad_job_file_is_exit_2_and_sends_nothing(lattice, tmp_path, capsys, content, message):
     job = tmp_path / "job.json"

@@ -79,11 +79,12 @@ def test_overrides_pause_protect_and_force_preempt_are_audited(client, operator,
     schedule_pass(resource_group.pk)
     client.force_login(operator)
     assert client.post(f"/ops/groups/{resource_group.name}/pause/", {"paused": "1"}).status_code == 400
-    client.post(f"/ops/groups/{resource_group.name}/pause/", {"paused": "1", "reason": "incident"})
+    client.post(f"/ops/groups/{resource_group.name}/pause/", {"paused": "1", "reason": "incident", "confirmed": "1"})
     assert ResourceGroup.objects.get(pk=resource_group.pk).paused
     client.post(f"/ops/allocations/{job.pk}/override/", {"action": "protect", "until": "2030-01-01 00:00",
                                                           "reason": "deadline"})
-    client.post(f"/ops/allocations/{job.pk}/override/", {"action": "force_preempt", "reason": "bad node"})
+    client.post(f"/ops/allocations/{job.pk}/override/", {"action": "force_preempt", "reason": "bad node",
+                                                          "confirmed": "1"})
     job.refresh_from_db()
     assert job.protected_until is not None and job.state == "checkpointing"
     assert list(PolicyChange.objects.order_by("id").values_list("action", flat=True)) == [
@@ -320,7 +321,7 @@ def test_operators_protect_and_force_preempt_from_the_job_page(client, operator,
     assert done.status_code == 302 and done["Location"] == f"/jobs/{job.pk}/"
     job.refresh_from_db()
     assert before + timedelta(hours=2) <= job.protected_until <= timezone.now() + timedelta(hours=2)
-    client.post(url, {"action": "force_preempt", "reason": "bad node"})
+    client.post(url, {"action": "force_preempt", "reason": "bad node", "confirmed": "1"})
     job.refresh_from_db()
     assert job.state == "checkpointing"
     assert "Force preempt now" not in client.get(f"/jobs/{job.pk}/").content.decode()  # it is leaving
@@ -340,13 +341,42 @@ def test_members_cancel_their_tenant_s_jobs_from_the_page_and_no_one_else_s(clie
     client.force_login(tenant_physics.memberships.first().user)
     page = client.get(f"/jobs/{mine.pk}/").content.decode()
     assert "Cancel this job" in page and "Overrides" not in page
-    assert client.post(f"/jobs/{theirs.pk}/cancel/").status_code == 404
+    assert client.post(f"/jobs/{theirs.pk}/cancel/", {"confirmed": "1"}).status_code == 404
     assert client.get(f"/jobs/{mine.pk}/cancel/").status_code == 405
-    assert client.post(f"/jobs/{mine.pk}/cancel/")["Location"] == f"/jobs/{mine.pk}/"
+    assert client.post(f"/jobs/{mine.pk}/cancel/", {"confirmed": "1"})["Location"] == f"/jobs/{mine.pk}/"
     assert Allocation.objects.get(pk=mine.pk).state == "cancelled"
     assert Allocation.objects.get(pk=theirs.pk).state == "pending"
-    again = client.post(f"/jobs/{mine.pk}/cancel/")
+    again = client.post(f"/jobs/{mine.pk}/cancel/", {"confirmed": "1"})
     assert again.status_code == 409 and "already ended" in again.content.decode()
     assert "Cancel this job" not in client.get(f"/jobs/{mine.pk}/").content.decode()
-    assert client.post(f"/ops/allocations/{mine.pk}/override/", {"action": "force_preempt", "reason": "x"}
+    assert client.post(f"/ops/allocations/{mine.pk}/override/", {"action": "force_preempt", "reason": "x", "confirmed": "1"}
                        ).status_code == 403
+
+
+@pytest.mark.parametrize("what", ["cancel", "force_preempt", "pause", "drain"])
+def test_without_javascript_a_confirm_page_asks_first_and_nothing_changes_until_yes(
+        client, operator, resource_group, vcluster_hpc, node_gpu_a, make_allocation, what):
+    from nodes.models import Node
+    from scheduling.models import Membership, Tenant
+
+    Membership.objects.create(user=operator, tenant=Tenant.objects.get(name="physics"))
+    job = make_allocation(state="pending", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    client.force_login(operator)
+    url, body = {
+        "cancel": (f"/jobs/{job.pk}/cancel/", {}),
+        "force_preempt": (f"/ops/allocations/{job.pk}/override/", {"action": "force_preempt", "reason": "r"}),
+        "pause": (f"/ops/groups/{resource_group.name}/pause/", {"paused": "1", "reason": "r"}),
+        "drain": ("/ops/nodes/gpu-a/", {"action": "drain", "reason": "r"}),
+    }[what]
+    asked = client.post(url, body)
+    assert asked.status_code == 200 and b"Are you sure?" in asked.content
+    assert all(f'name="{k}" value="{v}"'.encode() in asked.content for k, v in body.items())
+    job.refresh_from_db()
+    resource_group.refresh_from_db()
+    assert (job.state, resource_group.paused, Node.objects.get().state) == ("running", False, "ready")
+    done = client.post(url, {**body, "confirmed": "1"})
+    assert done.status_code == 302
+    job.refresh_from_db()
+    resource_group.refresh_from_db()
+    assert (job.state != "running") or resource_group.paused or Node.objects.get().state != "ready"

@@ -1,0 +1,89 @@
+"""Where the command line finds its server and token, and ``lattice login`` which saves them.
+
+The server is ``--url``, else ``LATTICE_URL``, else the ``url`` of the config file, else
+http://127.0.0.1:8000. A URL may be the site's root (``https://lattice.example``) or the API's
+(``https://lattice.example/api/v1/``, or ``.../api/``): either way the client talks to
+``<root>/api/v1``. The token is ``--token-file``, else ``LATTICE_TOKEN``, else the file the config
+names. The config file is ``$LATTICE_CONFIG``, else ``$XDG_CONFIG_HOME/lattice/config.json``,
+else ``~/.config/lattice/config.json``: ``{"url": ..., "token_file": ...}``, written by
+``login``. Standard library only, like the rest of the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class ConfigError(Exception):
+    """A config file or a token file that cannot be used; nothing was sent."""
+
+
+def config_path() -> Path:
+    if os.environ.get("LATTICE_CONFIG"):
+        return Path(os.environ["LATTICE_CONFIG"])
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "lattice" / "config.json"
+
+
+def read_config() -> dict[str, Any]:
+    path = config_path()
+    if not path.exists():
+        return {}
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the config file {path}: {exc}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"the config file {path} must hold a JSON object")
+    return config
+
+
+def site_root(url: str) -> str:
+    """The site's root from a URL that may name the API's root instead."""
+    root = url.strip().rstrip("/")
+    for suffix in ("/api/v1", "/api"):
+        if root.endswith(suffix):
+            root = root[: -len(suffix)]
+            break
+    if not root.startswith(("http://", "https://")):
+        raise ConfigError(f"{url!r} is not an http:// or https:// URL")
+    return root
+
+
+def server_url(flag: str | None) -> str:
+    return site_root(flag or os.environ.get("LATTICE_URL") or read_config().get("url") or DEFAULT_URL)
+
+
+def token(flag_file: str | None) -> str:
+    """The API token: ``--token-file``, ``LATTICE_TOKEN``, or the config's token file."""
+    path = flag_file
+    if not path and not os.environ.get("LATTICE_TOKEN", "").strip():
+        path = read_config().get("token_file")
+    if path:
+        try:
+            return Path(path).expanduser().read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the token file {path}: {exc.strerror}") from None
+    return os.environ.get("LATTICE_TOKEN", "").strip()
+
+
+def save_login(url: str, secret: str | None, token_file: str | None) -> Path:
+    """Write the config (the server's root and the token file). A token given itself is kept in
+    ``token`` next to the config, readable by its owner only."""
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if secret is not None:
+        kept = path.parent / "token"
+        kept.touch(mode=stat.S_IRUSR | stat.S_IWUSR, exist_ok=True)
+        kept.chmod(stat.S_IRUSR | stat.S_IWUSR)
+        kept.write_text(secret + "\n")
+        token_file = str(kept)
+    path.write_text(json.dumps({"url": site_root(url), "token_file": str(Path(token_file or "").expanduser())},
+                               indent=2) + "\n")
+    return path
