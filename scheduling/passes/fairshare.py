@@ -45,6 +45,11 @@ class Standing:
         return self.fair_share - self.share
 
     @property
+    def status_text(self) -> str:
+        """The status in words, as the group page shows it ("below fair share")."""
+        return self.status.replace("_", " ")
+
+    @property
     def starving(self) -> bool:
         return self.status in ("starving", "aggressively_starving")
 
