@@ -162,8 +162,10 @@ class Agent:
         await self._send_now(self._hello())
 
     def _hello(self) -> dict[str, Any]:
-        if self.devices is None:  # discovered once (nodes/devices.py); a simulated agent has what it is given
-            self.devices = [] if self.simulate else devices.discover(self.nvml)
+        # Discovered once (nodes/devices.py). A simulated agent reports what it is given, or nothing:
+        # its node's devices are then unknown and its registered capacity stands.
+        if self.devices is None and not self.simulate:
+            self.devices = devices.discover(self.nvml)
         return encode(Hello(id=new_id(), agent_version=VERSION, capacity={}, labels={},
                             running=[{"allocation": r.allocation, "phase": r.phase, "pid": r.pid}
                                      for r in self.running.values()],

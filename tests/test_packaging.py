@@ -123,7 +123,9 @@ def test_the_installed_agent_runs_work_for_a_real_control_plane(installed, tmp_p
         assert Node.objects.get(pk=node_gpu_a.pk).agent_version == PYPROJECT_VERSION
         seen = tmp_path / "seen"
         code = f"import os; open({str(seen)!r}, 'w').write(repr(os.environ.get('PYTHONPATH')))"
-        job = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="none",
+        # A CPU job: the agent finds no GPU on this machine, and the node then offers none.
+        job = make_allocation(state="pending", node_count=1, per_node_gpu=0, per_node_cpu=1, preemption_class=1,
+                              checkpoint="none",
                               vcluster=vcluster_hpc, command=[sys.executable, "-c", code])
         schedule_pass(resource_group.pk)
         wait_for(lambda: Allocation.objects.get(pk=job.pk).state == "completed", 30, "the job to run and end")

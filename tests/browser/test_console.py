@@ -8,6 +8,7 @@ import urllib.request
 
 import pytest
 from django.utils import timezone
+from playwright.sync_api import expect
 
 from scheduling.actions.tokens import api_token_issue
 from scheduling.models import Allocation, Placement, PolicyChange
@@ -22,16 +23,17 @@ def test_operator_changes_a_policy_with_reason_sees_preview_and_audit(login, liv
     # Only the selected kind's fields are shown (all of them are without JavaScript).
     kind = page.locator("select[name=policy_kind]").input_value()
     queue_only = page.locator("input[name=policy_no_preempt_run_minutes]")
-    assert kind != "queue" and queue_only.is_hidden()
+    assert kind != "queue"
+    expect(queue_only).to_be_hidden()  # (waits for the page's script, as a person would)
     page.select_option("select[name=policy_kind]", "queue")
-    assert queue_only.is_visible()
+    expect(queue_only).to_be_visible()
     page.select_option("select[name=policy_kind]", kind)
-    assert queue_only.is_hidden()
+    expect(queue_only).to_be_hidden()
     page.fill("input[name=policy_max_victims]", "2")
     page.fill("textarea[name=reason]", "limit collateral damage")
     page.click("button[value=preview]")
     assert page.locator("#preview h2").inner_text() == "Preview on the current state"
-    assert queue_only.is_hidden()  # the form the preview re-rendered
+    expect(queue_only).to_be_hidden()  # the form the preview re-rendered
     assert not PolicyChange.objects.exists()
     page.click("button[value=save]")
     page.wait_for_url("**/ops/audit/")

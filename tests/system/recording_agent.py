@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 from nodes import agent
+from nodes.protocol import Exited, Report
 
 
 def main(argv: list[str]) -> int:
@@ -20,12 +20,12 @@ def main(argv: list[str]) -> int:
     agent.BACKOFF_CAP_S = float(cap)
 
     class Recording(agent.Agent):
-        async def report(self, frame: dict[str, Any]) -> None:
-            if frame.get("type") == "exited":
+        async def report(self, report: Report) -> None:
+            if isinstance(report, Exited):
                 with open(record, "a") as out:
-                    out.write(json.dumps({"allocation": frame["allocation"], "exit_code": frame.get("exit_code"),
-                                          "reason": frame.get("reason")}) + "\n")
-            await super().report(frame)
+                    out.write(json.dumps({"allocation": report.allocation, "exit_code": report.exit_code,
+                                          "reason": report.reason}) + "\n")
+            await super().report(report)
 
     agent.Agent = Recording  # type: ignore[misc]
     return agent.main(agent_argv)
