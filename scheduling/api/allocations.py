@@ -18,7 +18,9 @@ from scheduling.api.filters import AllocationFilter
 from scheduling.api.pagination import NewestFirst, OldestFirst
 from scheduling.api.serializers import AllocationInput, AllocationOutput, EventOutput
 from scheduling.models import Allocation
+from scheduling.queue_view import position_of
 from scheduling.selectors import allocations_visible, events_of, explanation
+from scheduling.waiting import why_waiting
 
 
 class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -63,12 +65,17 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])
     def explain(self, request: Request, pk: str | None = None) -> Response:
-        """Why it waits (its latest decision) and why it was preempted (each decision that chose it)."""
+        """Why it waits: the limit that binds (``reason``: code, explanation, facts, and the engine's
+        code for why preemption does not help), its place in the queue (``queue``) and its latest
+        decision (``waiting``); and why it was preempted (each decision that chose it)."""
         alloc = self.get_object()
         latest_shown, shown = explanation(alloc, request.user)
+        pending = alloc.state == "pending"
         return Response({
             "allocation": alloc.pk, "state": alloc.state,
-            "waiting": latest_shown if alloc.state == "pending" else None,
+            "reason": why_waiting(alloc.resource_group, [alloc.pk]).get(alloc.pk) if pending else None,
+            "queue": position_of(alloc) if pending else None,
+            "waiting": latest_shown if pending else None,
             "latest_decision": latest_shown,
             "preemptions": shown,
         })
