@@ -123,6 +123,10 @@ def _allocation_line(a: dict[str, Any]) -> str:
             f"{'/' + a['vcluster'] if a.get('vcluster') else ''}  {size}  {a['name'] or '-'}")
 
 
+WHAT_IF_WORDS = {"fits": "it would start now", "preempt": "it would preempt other work to start",
+                 "wait": "it would wait"}
+
+
 def _decision_text(d: dict[str, Any] | None) -> str:
     if not d:
         return "no decision"
@@ -140,7 +144,8 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
         doc = job_document(args)
         if args.what_if:
             d = client.call("POST", "/allocations/what-if/", doc)
-            return show(d, "would " + _decision_text(d) + " (nothing stored)")
+            return show(d, f"what-if: {WHAT_IF_WORDS.get(d['outcome'], d['outcome'])} ({d['code']}): "
+                           f"{d['explanation']} (nothing stored)")
         a = client.call("POST", "/allocations/", doc)
         return show(a, f"submitted #{a['id']} ({a['state']})")
     if args.cmd == "list":

@@ -62,7 +62,8 @@ def test_submit_list_show_events_explain_and_cancel(lattice, resource_group):
 
 def test_what_if_prints_the_decision_and_stores_nothing(lattice):
     code, out = lattice("submit", "--group", "rg-main", "--vcluster", "hpc", "--gpus", "8", "--what-if")
-    assert code == 0 and out.startswith("would fits (FITS): ") and out.rstrip().endswith("(nothing stored)")
+    assert code == 0 and out.startswith("what-if: it would start now (FITS): This request (class ")
+    assert out.rstrip().endswith("(nothing stored)")
     assert not Allocation.objects.exists()
 
 
@@ -97,7 +98,7 @@ def test_refusals_are_exit_1_with_the_servers_reason(lattice, tmp_path, capsys, 
                               for i in range(9)])  # nodes enough: the quota is what refuses it
     assert lattice("submit", "--group", "rg-main", "--vcluster", "hpc", "--gpus", "8", "--nodes", "9",
                    "--", "true") == (1, "")
-    assert "409: max_nodes" in capsys.readouterr().err  # the quota: 8 nodes
+    assert "409: This job would pass your tenant's hard quota on nodes (max_nodes)" in capsys.readouterr().err  # the quota: 8 nodes
     assert not Allocation.objects.exists()
 
     theirs = Allocation.objects.create(resource_group=resource_group, vcluster=vcluster_hpc, tenant=tenant_chemistry,

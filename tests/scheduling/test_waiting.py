@@ -179,3 +179,30 @@ def test_resources_with_the_engines_code(api_for, make_allocation, resource_grou
         "Not enough free capacity where it may run: it needs 1 node with gpu=8, and of the 2 nodes it may use 0 "
         "have room now. Preemption cannot start it sooner: even preempting every eligible allocation would not "
         "free enough room.")
+
+
+@pytest.mark.postgres
+def test_end_to_end_hpc_waits_on_mls_lending_cap_while_ml_nodes_idle(api_for, tenant_physics, resource_group,
+                                                                     vcluster_hpc, ml, two_nodes):
+    """Submitted over the API, placed by the pass: hpc fills its 2 nodes, borrows the 2 of ml's 8
+    that ml may lend (25%), and the fifth job waits with 6 ml nodes idle: the reason says so."""
+    for i in range(8):
+        _node(resource_group, f"ml-{i}", ml)
+    client = api_for("alice")
+    ids = [client.post("/api/v1/allocations/", {
+        "resource_group": "rg-main", "vcluster": "hpc", "nodes": 1, "per_node": {"gpu": 8}, "preemption_class": 3,
+        "checkpoint": "auto", "command": ["train"]}, content_type="application/json").json()["id"]
+        for _ in range(5)]
+    schedule_pass(resource_group.pk)
+    states = dict(Allocation.objects.filter(pk__in=ids).values_list("id", "state"))
+    assert sorted(states.values()) == ["pending"] + ["running"] * 4
+    waiting = next(pk for pk, state in states.items() if state == "pending")
+    body = client.get(f"/api/v1/allocations/{waiting}/explain/").json()
+    assert body["reason"]["code"] == "LENDING_CAP"
+    assert body["reason"]["facts"]["lenders"][0] == {
+        "vcluster": "ml", "idle_nodes": 6, "lent": 2, "cap": 2, "home_nodes": 8, "max_borrow_pct": 0.25,
+        "allow_lending": True}
+    assert "6 idle nodes of vCluster ml would hold it, but ml lends at most 2 of its 8 nodes (25%) and " \
+           "already lends 2" in body["reason"]["explanation"]
+    assert body["reason"]["preemption"]["code"] == body["waiting"]["code"]  # the engine's, as recorded
+    assert body["queue"] == body["queue"] | {"position": 1, "ahead": 0, "queued": 1}
