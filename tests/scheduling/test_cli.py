@@ -138,3 +138,29 @@ def test_it_runs_without_django():
                           env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_queue_prints_positions_and_reasons_like_squeue(lattice, resource_group, tenant_chemistry, vcluster_hpc):
+    for _ in range(2):
+        assert lattice("submit", "--group", "rg-main", "--vcluster", "hpc", "--gpus", "8", "--class", "3",
+                       "--", "train")[0] == 0
+    schedule_pass(resource_group.pk)  # one runs on gpu-a, the other waits
+    running, waiting = Allocation.objects.get(state="running"), Allocation.objects.get(state="pending")
+    bob = tenant_chemistry.memberships.first().user
+    theirs = Allocation.objects.create(resource_group=resource_group, tenant=tenant_chemistry, user=bob,
+                                       vcluster=vcluster_hpc, state="pending", node_count=1, per_node_gpu=8,
+                                       preemption_class=5, submitted_at=waiting.submitted_at)
+    code, out = lattice("queue")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split() == ["JOBID", "NAME", "GROUP", "STATE", "CLASS", "PRIO", "NODES", "GPUS",
+                                              "POS", "AHEAD", "REASON"]
+    assert lines[1].split() == [str(waiting.pk), "-", "rg-main", "pending", "3", "10", "1", "8", "2", "1",
+                                "(RESOURCES)"]
+    assert lines[2].split()[:4] == [str(running.pk), "-", "rg-main", "running"] and len(lines) == 3
+    assert str(theirs.pk) not in [line.split()[0] for line in lines]  # counted ahead, never shown
+    code, out = lattice("queue", "--state", "pending", "--format", "id,pos,why")
+    assert code == 0 and out.splitlines()[1].startswith(f"{waiting.pk:<8} 2     Not enough free capacity")
+    assert lattice("queue", "--format", "id,bogus")[0] == 2
+    code, out = lattice("explain", str(waiting.pk))
+    assert "why it waits (RESOURCES): Not enough free capacity" in out
+    assert "place in the queue: 2 of 2, 1 ahead (1 by class)" in out
