@@ -27,7 +27,8 @@ class QueuePage(serializers.Serializer):
 
 
 class QueueView(APIView):
-    @extend_schema(parameters=[QueuePage], responses={200: OpenApiTypes.OBJECT},
+    @extend_schema(parameters=[QueuePage], responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT,
+                                                      404: OpenApiTypes.OBJECT},
                    summary="The group's pending queue: positions, ordering keys, why each waits")
     def get(self, request: Request, name: str) -> Response:
         page = QueuePage(data=request.query_params)
