@@ -8,6 +8,7 @@
            [--walltime MIN] [--name NAME] [--dependency afterok:ID[:ID][,afterany:ID]]
            [--array 0-99%10] [--hold] [--file JOB.json] [--what-if] [-- COMMAND ...]
     list [--state S[,S]] [--group G] [--array ID]
+    queue [--group G] [--state S[,S]] [--format COL,COL,...]
     show ID | events ID | explain ID | cancel ID | hold ID | release ID | requeue ID
                                          (hold, release, requeue take [--reason TEXT])
 
@@ -17,7 +18,9 @@ A client like any other: it sends ``Authorization: Token`` with a token from
 writes) is in cli_config.py. ``--file`` is a job document with the API's own field names;
 flags given as well override its fields. ``--group`` may be left out when an operator gave
 the tenant a default resource group. ``--what-if`` prints the decision the job would get now
-and stores nothing.
+and stores nothing. ``queue`` prints my
+tenant's work as squeue does, one line each: pending work with its position in its group's queue,
+how many are ahead (other tenants' work counted, never shown) and the code of what it waits on.
 
 Exit codes: 0 done; 1 the server refused (its message is printed: field errors,
 a quota, a token it does not know) or could not be reached; 2 bad usage or a bad
@@ -146,10 +149,56 @@ def _allocation_line(a: dict[str, Any]) -> str:
             f"{'/' + a['vcluster'] if a.get('vcluster') else ''}  {size}  {a['name'] or '-'}")
 
 
+WHAT_IF_WORDS = {"fits": "it would start now", "preempt": "it would preempt other work to start",
+                 "wait": "it would wait"}
+
+
 def _decision_text(d: dict[str, Any] | None) -> str:
     if not d:
         return "no decision"
     return f"{d['outcome']} ({d['code']}): {d['explanation']}"
+
+
+# squeue-style columns: header, width, how a row (an allocation with its queue entry) shows it.
+QUEUE_COLUMNS: dict[str, tuple[str, int, Any]] = {
+    "id": ("JOBID", 8, lambda a, q: a["id"]),
+    "name": ("NAME", 12, lambda a, q: a["name"] or "-"),
+    "group": ("GROUP", 12, lambda a, q: a["resource_group"]),
+    "vcluster": ("VCLUSTER", 9, lambda a, q: a.get("vcluster") or "-"),
+    "user": ("USER", 9, lambda a, q: a["user"]),
+    "state": ("STATE", 13, lambda a, q: a["state"]),
+    "class": ("CLASS", 5, lambda a, q: a["preemption_class"]),
+    "prio": ("PRIO", 4, lambda a, q: a["priority"]),
+    "nodes": ("NODES", 5, lambda a, q: a["nodes"]),
+    "gpus": ("GPUS", 4, lambda a, q: f"{a['per_node'].get('gpu', 0):g}"),
+    "pos": ("POS", 5, lambda a, q: q["position"] if q else "-"),
+    "ahead": ("AHEAD", 5, lambda a, q: q["ahead"] if q else "-"),
+    "reason": ("REASON", 18, lambda a, q: f"({q['reason']['code']})" if q and q.get("reason") else "-"),
+    "why": ("WHY", 0, lambda a, q: q["reason"]["explanation"] if q and q.get("reason") else "-"),
+}
+QUEUE_FORMAT = "id,name,group,state,class,prio,nodes,gpus,pos,ahead,reason"
+
+
+def queue_lines(client: Client, args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str]]:
+    """My tenant's allocations in ``--state`` (pending and running by default), each pending one
+    with its entry of its group's queue; and the lines in ``--format``'s columns."""
+    columns = [c.strip() for c in (args.format or QUEUE_FORMAT).split(",") if c.strip()]
+    unknown = [c for c in columns if c not in QUEUE_COLUMNS]
+    if unknown or not columns:
+        raise Usage(f"unknown --format column {', '.join(unknown) or '(none)'}; known: {', '.join(QUEUE_COLUMNS)}")
+    query = {"state": args.state or "pending,running", **({"resource_group": args.group} if args.group else {})}
+    rows = client.pages("/allocations/", query)
+    entries: dict[int, dict[str, Any]] = {}
+    for group in sorted({a["resource_group"] for a in rows if a["state"] == "pending"}):
+        for q in client.pages(f"/resource-groups/{urllib.parse.quote(group)}/queue/", {}):
+            entries[q["id"]] = q
+    # Pending first in queue order, then the rest newest first (as listed).
+    rows.sort(key=lambda a: (a["id"] not in entries, entries[a["id"]]["position"] if a["id"] in entries else 0))
+    found = [{**a, "queue": entries.get(a["id"])} for a in rows]
+    spec = [QUEUE_COLUMNS[c] for c in columns]
+    lines = [" ".join(f"{h:<{w}}" for h, w, _ in spec).rstrip()]
+    lines += [" ".join(f"{str(get(a, a['queue'])):<{w}}" for _, w, get in spec).rstrip() for a in found]
+    return found, lines
 
 
 def run(args: argparse.Namespace, out: TextIO) -> None:
@@ -168,7 +217,8 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
         doc = job_document(args)
         if args.what_if:
             d = client.call("POST", "/allocations/what-if/", doc)
-            return show(d, "would " + _decision_text(d) + " (nothing stored)")
+            return show(d, f"what-if: {WHAT_IF_WORDS.get(d['outcome'], d['outcome'])} ({d['code']}): "
+                           f"{d['explanation']} (nothing stored)")
         a = client.call("POST", "/allocations/", doc)
         if "tasks" in a:
             return show(a, f"submitted array #{a['id']} of {a['size']} tasks: "
@@ -179,6 +229,9 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
                                    ("array", args.array)) if v}
         rows = client.pages("/allocations/", query)
         return show(rows, "\n".join(map(_allocation_line, rows)) or "no allocations")
+    if args.cmd == "queue":
+        found, lines = queue_lines(client, args)
+        return show(found, "\n".join(lines))
     path = f"/allocations/{args.id}/"
     if args.cmd == "show":
         a = client.call("GET", path)
@@ -190,8 +243,15 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
     if args.cmd == "explain":
         e = client.call("GET", path + "explain/")
         lines = [f"#{e['allocation']} is {e['state']}"]
+        if e.get("reason"):
+            lines.append(f"why it waits ({e['reason']['code']}): {e['reason']['explanation']}")
+        if e.get("queue"):
+            q = e["queue"]
+            lines.append(f"place in the queue: {q['position']} of {q['queued']}, {q['ahead']} ahead"
+                         + (" (" + ", ".join(f"{n} by {term}" for term, n in q["ahead_by"].items()) + ")"
+                            if q["ahead_by"] else ""))
         if e.get("waiting"):
-            lines.append("why it waits: " + _decision_text(e["waiting"]))
+            lines.append("latest decision: " + _decision_text(e["waiting"]))
         if e.get("queue_score"):
             lines += _score_lines(e["queue_score"])
         lines += [f"preempted (decision {p['id']}, {p['created_at']}): {p['explanation']}" for p in e["preemptions"]]
@@ -268,6 +328,11 @@ def parser() -> argparse.ArgumentParser:
     lst.add_argument("--state", help="comma-separated states")
     lst.add_argument("--group", help="resource group")
     lst.add_argument("--array", help="the tasks of one array (its id)")
+    q = sub.add_parser("queue", help="my tenant's work with its place in the queue (like squeue)")
+    q.add_argument("--group", help="resource group")
+    q.add_argument("--state", help="comma-separated states (default: pending,running)")
+    q.add_argument("--format", help=f"comma-separated columns (default: {QUEUE_FORMAT}); "
+                                    f"known: {', '.join(QUEUE_COLUMNS)}")
     for name, text in (("show", "one allocation"), ("events", "its history"),
                        ("explain", "why it waits or was preempted"), ("cancel", "cancel it"),
                        ("hold", "hold pending work"), ("release", "release a hold"),

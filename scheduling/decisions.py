@@ -64,7 +64,10 @@ def what_if(group: ResourceGroup, tenant: Tenant, fields: dict[str, Any], userna
     """The decision a valid request (the model's fields) would get now, as its tenant may see it."""
     snap = load_snapshot(group)
     req = _request(fields, tenant.name, username)
-    return _visible(decide(snap.cluster, snap.policy, req, timezone.now().timestamp()).to_dict(), tenant.pk)
+    answer = decide(snap.cluster, snap.policy, req, timezone.now().timestamp()).to_dict()
+    # The engine names the request by its id; this one has none yet.
+    answer["explanation"] = "This request" + answer["explanation"].removeprefix(req.id)
+    return _visible(answer, tenant.pk)
 
 
 def _request(fields: dict[str, Any], tenant: str, user: str) -> em.Allocation:

@@ -109,13 +109,28 @@ def _redact(row: dict[str, Any], victim_tenant: dict[int, int], mine: set[int] |
     else:
         klass = row["preemptor__preemption_class"]
         text = f"a class-{'?' if klass is None else klass} allocation of another tenant"
-        body.update(preemptor=text, explanation=(f"Preempted to make room for {text} (reason: "
-                                                 f"{row['trigger'] or 'priority'}); its nodes: "
-                                                 f"{', '.join(row['nodes'])}."))
+        body.update(preemptor=text, explanation=preempted_by_other(text, row["trigger"], row["nodes"]))
     body["victims"] = [v if victim_tenant.get(int(v["id"])) in mine else
                        {"id": None, "tenant": "another tenant", "reason": v["reason"], "action": v["action"]}
                        for v in row["victims"]]
     return body
+
+
+# Why another tenant's work preempted a reader's, by the decision's trigger (docs/decisions.md).
+TRIGGER_WORDS = {
+    "reclaim": "the node's home vCluster took back a node it had lent (reclaim)",
+    "priority": "the group's policy ranks that work above this job",
+    "sensitive": "that work is a sensitive emergency claim, which may displace any work",
+    "fair_share": "that work's tenant is below its fair share and this job's tenant above",
+}
+
+
+def preempted_by_other(preemptor: str, trigger: str | None, nodes: list[str]) -> str:
+    """What a victim's tenant reads when the preemptor is another tenant's: by its class, where
+    it was placed (the nodes this job made room on), and the trigger in words."""
+    where = f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {', '.join(nodes)}"
+    why = TRIGGER_WORDS.get(trigger or "priority", trigger or "priority")
+    return f"Preempted to make room for {preemptor}, which was placed on {where}: {why}."
 
 
 HOLD_PREFIX = "hold:"

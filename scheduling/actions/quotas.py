@@ -28,14 +28,16 @@ def tenant_usage(tenant: Tenant, states: list[str] | None = None) -> Usage:
 
 def check_quota(quota: Quota, usage: Usage, *, nodes: int, gpus: int, allocations: int = 1) -> None:
     """Raise QuotaExceeded naming current, requested and limit if the request does not fit."""
-    for name, current, requested, limit in (
-        ("max_concurrent_allocations", usage.allocations, allocations, quota.max_concurrent_allocations),
-        ("max_nodes", usage.nodes, nodes, quota.max_nodes),
-        ("max_gpus", usage.gpus, gpus, quota.max_gpus),
+    for name, what, current, requested, limit in (
+        ("max_concurrent_allocations", "allocations at once", usage.allocations, allocations,
+         quota.max_concurrent_allocations),
+        ("max_nodes", "nodes", usage.nodes, nodes, quota.max_nodes),
+        ("max_gpus", "GPUs", usage.gpus, gpus, quota.max_gpus),
     ):
         if current + requested > limit:
             raise QuotaExceeded(
-                f"{name}: the tenant uses {current}, this request needs {requested}, the limit is {limit}",
+                f"This job would pass your tenant's hard quota on {what} ({name}): the tenant's work uses "
+                f"{current}, this job needs {requested} more, and the limit is {limit}.",
                 quota=name, current=current, requested=requested, limit=limit)
 
 

@@ -31,7 +31,9 @@ from scheduling.api.serializers import (
 )
 from scheduling.models import Allocation, JobArray
 from scheduling.permissions import IsOperator, is_operator
+from scheduling.queue_view import position_of
 from scheduling.selectors import allocations_visible, arrays_visible, events_of, explanation
+from scheduling.waiting import why_waiting
 
 
 def verb_reason(request: Request, default: str) -> tuple[str, bool]:
@@ -125,13 +127,18 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])
     def explain(self, request: Request, pk: str | None = None) -> Response:
-        """Why it waits (its latest decision, with its queue score and the score's terms in a
-        class_cost group) and why it was preempted (each decision that chose it)."""
+        """Why it waits: the limit that binds (``reason``: code, explanation, facts, and the engine's
+        code for why preemption does not help), its place in the queue (``queue``), its latest
+        decision (``waiting``) with its queue score and the score's terms in a class_cost group;
+        and why it was preempted (each decision that chose it)."""
         alloc = self.get_object()
         latest_shown, shown = explanation(alloc, request.user)
-        waiting = latest_shown if alloc.state == "pending" else None
+        pending = alloc.state == "pending"
+        waiting = latest_shown if pending else None
         return Response({
             "allocation": alloc.pk, "state": alloc.state,
+            "reason": why_waiting(alloc.resource_group, [alloc.pk]).get(alloc.pk) if pending else None,
+            "queue": position_of(alloc) if pending else None,
             "waiting": waiting,
             "queue_score": (waiting or {}).get("queue_score"),
             "latest_decision": latest_shown,

@@ -13,6 +13,7 @@ from scheduling.api.operators import (
     VClusterViewSet,
 )
 from scheduling.api.preemptions import PreemptionViewSet
+from scheduling.api.queue import QueueView
 from scheduling.api.simulate import SimulateView
 from scheduling.api.tokens import TokenViewSet
 
@@ -34,5 +35,7 @@ router.register("audit", AuditViewSet, basename="audit")
 
 urlpatterns = [
     path("simulate/", SimulateView.as_view(), name="simulate"),
+    # Before the router: tenants read it too, while the rest of /resource-groups/ is operators'.
+    path("resource-groups/<slug:name>/queue/", QueueView.as_view(), name="resource-group-queue"),
     *router.urls,
 ]

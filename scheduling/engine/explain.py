@@ -74,7 +74,7 @@ def explain(req: Allocation, policy: Policy, outcome: str, code: str, nodes: tup
     if outcome == "wait":
         text = WAIT_TEXT.get(code, code).format(
             nodes=_list(nodes), bound=_n(policy.max_victims), value=_n(req.value))
-        return f"{head}; no free capacity on the nodes it may use, and {text}."
+        return f"{head}; it cannot start on free capacity now, and {text}."
     reasons = sorted({v.reason for v in victims})
     why = {
         "priority": f"lower-{'class' if policy.kind == 'class_cost' else 'priority'} work",

@@ -5,7 +5,18 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from django.db.models import Case, F, FloatField, IntegerField, Max, Q, QuerySet, Value, When
+from django.db.models import (
+    BooleanField,
+    Case,
+    F,
+    FloatField,
+    IntegerField,
+    Max,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -27,6 +38,17 @@ QUEUE_ORDER: dict[str, list[Any]] = {
     "rank": [Coalesce("rank", "session_type__rank").desc(nulls_last=True), "submitted_at", "id"],
     # Starving tenants first, then the furthest below their fair share (see _by_deficit).
     "fair_share": ["fs_starving", "-fs_deficit", "submitted_at", "id"],
+}
+
+
+# The parts of each kind's order, as a reader sees them: (name, column of ``ordered_pending``'s
+# rows, whether higher comes first). Ties then go to the earlier submission, then the lower id.
+ORDER_TERMS: dict[str, list[tuple[str, str, bool]]] = {
+    "class_cost": [("class", "preemption_class", True), ("priority", "priority", True)],
+    "priority": [("priority", "priority", True)],
+    "queue": [("queue_priority", "session_type__priority", True), ("priority", "priority", True)],
+    "rank": [("rank", "q_rank", True)],
+    "fair_share": [("starving", "q_starving", True), ("deficit", "fs_deficit", True)],
 }
 
 
@@ -93,6 +115,34 @@ def within_throttle(qs: QuerySet[Allocation], held: set[int]) -> QuerySet[Alloca
             "id", flat=True)[:slots - len(tasks)]
         allowed += tasks
     return qs.filter(Q(array__isnull=True) | Q(array__throttle__isnull=True) | Q(id__in=allowed))
+
+
+def ordered_pending(group: ResourceGroup, kind: str, standing: dict[int, Standing] | None = None) -> Any:
+    """The group's pending allocations in the policy's database order (before preemptors holding
+    nodes are moved to the front), as the queue view shows them. The pass also leaves out held,
+    dependency-waiting and throttled work (``pending_queue``) and, in a class_cost group, orders
+    its first requests by the Lattice score."""
+    qs = Allocation.objects.filter(resource_group=group, state=State.PENDING)
+    if kind == "fair_share":
+        qs = _by_deficit(qs, standing if standing is not None else standing_by_tenant(group, timezone.now()))
+    return qs.order_by(*QUEUE_ORDER[kind])
+
+
+def queue_rows(group: ResourceGroup, kind: str, fields: tuple[str, ...]) -> list[dict]:
+    """Every pending allocation of the group as the pass orders it, with ``fields``, each row's
+    ordering terms (``ORDER_TERMS``), ``submitted_at`` and ``holds_nodes``."""
+    held = set(holds_of(group))
+    qs = ordered_pending(group, kind)
+    if kind == "rank":
+        qs = qs.annotate(q_rank=Coalesce("rank", "session_type__rank"))
+    if kind == "fair_share":
+        qs = qs.annotate(q_starving=Case(When(fs_starving=0, then=Value(True)), default=Value(False),
+                                         output_field=BooleanField()))
+    terms = tuple(column for _, column, _ in ORDER_TERMS[kind])
+    rows = list(qs.values(*dict.fromkeys(("id", "submitted_at", *terms, *fields))))
+    for row in rows:
+        row["holds_nodes"] = row["id"] in held
+    return sorted(rows, key=lambda r: not r["holds_nodes"])
 
 
 def _by_deficit(qs: Any, standing: dict[int, Standing]) -> Any:

@@ -42,6 +42,7 @@ from scheduling.passes.snapshot import load_snapshot, policy_of
 from scheduling.permissions import operator_required
 from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
 from scheduling.states import HOLDING, State
+from scheduling.waiting import why_waiting
 from scheduling.web.confirm import confirmation
 from scheduling.web.paging import older_page
 
@@ -80,8 +81,9 @@ def group_detail(request: HttpRequest, name: str) -> HttpResponse:
     latest: dict[int, PreemptionDecision] = {}
     for d in PreemptionDecision.objects.filter(preemptor_id__in=[r["id"] for r in queue]).order_by("id"):
         latest[d.preemptor_id] = d  # the last one wins
-    rows = [{**r, "why": latest.get(r["id"]), "score": scorer.scores[r["id"]].total if scorer else None}
-            for r in queue]
+    reasons = why_waiting(group, [r["id"] for r in queue])
+    rows = [{**r, "why": latest.get(r["id"]), "reason": reasons.get(r["id"]),
+             "score": scorer.scores[r["id"]].total if scorer else None} for r in queue]
     shares = standings(group, timezone.now(), policy) if policy.kind == "fair_share" else []
     return render(request, "ops/group.html", {"group": group, "nodes": [(n, on.get(n.pk, [])) for n in nodes],
                                               "queue": rows, "shares": shares})

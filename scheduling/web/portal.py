@@ -28,8 +28,10 @@ from scheduling.models import (
     VCluster,
 )
 from scheduling.permissions import is_operator
+from scheduling.queue_view import position_of
 from scheduling.selectors import allocations_visible, events_of, explanation, tenant_ids
 from scheduling.states import FINAL, State
+from scheduling.waiting import why_waiting
 from scheduling.web.confirm import confirmation
 from scheduling.web.paging import older_page
 
@@ -81,9 +83,12 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     latest, preemptions = explanation(alloc, request.user)
     for p in preemptions:  # the preemptor is an id when the reader may open it, else its class in words
         p["own_preemptor"] = p["preemptor"] if isinstance(p["preemptor"], int) else None
+    pending = alloc.state == "pending"
     return render(request, "jobs/detail.html", {
         "job": alloc, "risk": _risks([alloc])[0], "events": events_of(alloc), "preemptions": preemptions,
-        "waiting": latest if alloc.state == "pending" else None, "ended": alloc.state in FINAL,
+        "waiting": latest if pending else None, "ended": alloc.state in FINAL,
+        "reason": why_waiting(alloc.resource_group, [alloc.pk]).get(alloc.pk) if pending else None,
+        "place": position_of(alloc) if pending else None,
         "member": alloc.tenant_id in tenant_ids(request.user), "operator": is_operator(request.user),
         "devices": _devices_of(alloc)})
 

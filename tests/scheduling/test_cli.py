@@ -62,7 +62,8 @@ def test_submit_list_show_events_explain_and_cancel(lattice, resource_group):
 
 def test_what_if_prints_the_decision_and_stores_nothing(lattice):
     code, out = lattice("submit", "--group", "rg-main", "--vcluster", "hpc", "--gpus", "8", "--what-if")
-    assert code == 0 and out.startswith("would fits (FITS): ") and out.rstrip().endswith("(nothing stored)")
+    assert code == 0 and out.startswith("what-if: it would start now (FITS): This request (class ")
+    assert out.rstrip().endswith("(nothing stored)")
     assert not Allocation.objects.exists()
 
 
@@ -97,7 +98,7 @@ def test_refusals_are_exit_1_with_the_servers_reason(lattice, tmp_path, capsys, 
                               for i in range(9)])  # nodes enough: the quota is what refuses it
     assert lattice("submit", "--group", "rg-main", "--vcluster", "hpc", "--gpus", "8", "--nodes", "9",
                    "--", "true") == (1, "")
-    assert "409: max_nodes" in capsys.readouterr().err  # the quota: 8 nodes
+    assert "409: This job would pass your tenant's hard quota on nodes (max_nodes)" in capsys.readouterr().err  # the quota: 8 nodes
     assert not Allocation.objects.exists()
 
     theirs = Allocation.objects.create(resource_group=resource_group, vcluster=vcluster_hpc, tenant=tenant_chemistry,
@@ -155,3 +156,29 @@ def test_explain_prints_a_waiting_jobs_queue_score_and_terms(lattice, resource_g
     term_lines = [line.split() for line in lines if line.startswith("  f")]
     assert [t[0] for t in term_lines] == [f"f{i}" for i in range(1, 10)]
     assert " ".join(term_lines[0][:3]) == "f1 priority class" and "0.300 x 0.25 = 0.075" in lines[-9]
+
+
+def test_queue_prints_positions_and_reasons_like_squeue(lattice, resource_group, tenant_chemistry, vcluster_hpc):
+    for _ in range(2):
+        assert lattice("submit", "--group", "rg-main", "--vcluster", "hpc", "--gpus", "8", "--class", "3",
+                       "--", "train")[0] == 0
+    schedule_pass(resource_group.pk)  # one runs on gpu-a, the other waits
+    running, waiting = Allocation.objects.get(state="running"), Allocation.objects.get(state="pending")
+    bob = tenant_chemistry.memberships.first().user
+    theirs = Allocation.objects.create(resource_group=resource_group, tenant=tenant_chemistry, user=bob,
+                                       vcluster=vcluster_hpc, state="pending", node_count=1, per_node_gpu=8,
+                                       preemption_class=5, submitted_at=waiting.submitted_at)
+    code, out = lattice("queue")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split() == ["JOBID", "NAME", "GROUP", "STATE", "CLASS", "PRIO", "NODES", "GPUS",
+                                              "POS", "AHEAD", "REASON"]
+    assert lines[1].split() == [str(waiting.pk), "-", "rg-main", "pending", "3", "10", "1", "8", "2", "1",
+                                "(RESOURCES)"]
+    assert lines[2].split()[:4] == [str(running.pk), "-", "rg-main", "running"] and len(lines) == 3
+    assert str(theirs.pk) not in [line.split()[0] for line in lines]  # counted ahead, never shown
+    code, out = lattice("queue", "--state", "pending", "--format", "id,pos,why")
+    assert code == 0 and out.splitlines()[1].startswith(f"{waiting.pk:<8} 2     Not enough free capacity")
+    assert lattice("queue", "--format", "id,bogus")[0] == 2
+    code, out = lattice("explain", str(waiting.pk))
+    assert "why it waits (RESOURCES): Not enough free capacity" in out
+    assert "place in the queue: 2 of 2, 1 ahead (1 by class)" in out

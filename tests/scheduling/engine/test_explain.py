@@ -12,7 +12,7 @@ def test_a_wait_beside_idle_nodes_it_may_not_use_says_so():
     out = decide(d)
     assert (out["outcome"], out["code"]) == ("wait", "NO_FEASIBLE_SET")
     assert out["explanation"] == (
-        "p (class 1, priority 10) needs 1 node with gpu=8; no free capacity on the nodes it may use, and even "
+        "p (class 1, priority 10) needs 1 node with gpu=8; it cannot start on free capacity now, and even "
         "preempting every eligible allocation would not free enough room.")
 
 
