@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and ReDoc served from static files, never a CDN
     "django_htmx",
     "django_filters",
     "channels",
@@ -202,6 +203,11 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Lattice API",
     "DESCRIPTION": "Allocations, decisions and policies of a Lattice control plane.",
     "VERSION": "1",
+    # /api/docs/ and /api/redoc/ load their scripts from this project's static files, so they
+    # render on a cluster with no internet access.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Clients send JSON (the parsers also read forms, for the browsable API).
     "PARSER_WHITELIST": ["scheduling.api.parsers.JSONParser"],
     "COMPONENT_SPLIT_REQUEST": True,  # what a client sends, apart from what it reads back
