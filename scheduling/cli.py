@@ -7,6 +7,7 @@
            [--walltime MIN] [--name NAME] [--file JOB.json] [--what-if] [-- COMMAND ...]
     list [--state S[,S]] [--group G]
     show ID | events ID | explain ID | cancel ID
+    usage [--tenant T] [--since ISO] [--until ISO] [--group-by tenant,user,vcluster,resource_group,day] [--csv]
 
 A client like any other: it sends ``Authorization: Token`` with a token from
 ``manage.py api_token`` (or POST /api/v1/tokens/), read from ``--token-file`` or
@@ -22,6 +23,7 @@ file, with nothing sent. Imports nothing of Django: it runs wherever a tenant wo
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import sys
@@ -143,6 +145,8 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
             return show(d, "would " + _decision_text(d) + " (nothing stored)")
         a = client.call("POST", "/allocations/", doc)
         return show(a, f"submitted #{a['id']} ({a['state']})")
+    if args.cmd == "usage":
+        return _usage(client, args, out)
     if args.cmd == "list":
         query = {k: v for k, v in (("state", args.state), ("resource_group", args.group)) if v}
         rows = client.pages("/allocations/", query)
@@ -166,6 +170,29 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
         a = client.call("POST", path + "cancel/", {})
         return show(a, f"#{a['id']} is {a['state']}")
     raise Usage(f"unknown command {args.cmd}")  # argparse refuses it first
+
+
+def _usage(client: Client, args: argparse.Namespace, out: TextIO) -> None:
+    """GPU-hours and node-hours from the server's accounting: a table, CSV or the API's JSON."""
+    query = {k: v for k, v in (("tenant", args.tenant), ("since", args.since), ("until", args.until),
+                               ("group_by", args.group_by)) if v}
+    body = client.call("GET", "/usage/", query=query)
+    if args.json:
+        out.write(json.dumps(body, indent=2) + "\n")
+        return
+    fields = [*body["group_by"], "gpu_seconds", "gpu_hours", "node_hours"]
+    if args.csv:
+        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(body["rows"])
+        return
+    out.write(f"usage from {body['since']} to {body['until']}\n")
+    table = [fields] + [[str(r[f]) for f in fields] for r in body["rows"]]
+    widths = [max(len(row[i]) for row in table) for i in range(len(fields))]
+    for row in table:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n")
+    if not body["rows"]:
+        out.write("no usage in this window\n")
 
 
 def _token(args: argparse.Namespace) -> str:
@@ -207,6 +234,13 @@ def parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="my tenant's allocations, newest first")
     lst.add_argument("--state", help="comma-separated states")
     lst.add_argument("--group", help="resource group")
+    use = sub.add_parser("usage", help="GPU-hours and node-hours (my tenants'; operators: everyone's)")
+    use.add_argument("--tenant")
+    use.add_argument("--since", help="ISO 8601 (default: 30 days before --until)")
+    use.add_argument("--until", help="ISO 8601 (default: now)")
+    use.add_argument("--group-by", help="comma-separated: tenant, user, vcluster, resource_group, day "
+                                        "(default: tenant,day)")
+    use.add_argument("--csv", action="store_true", help="print CSV")
     for name, text in (("show", "one allocation"), ("events", "its history"),
                        ("explain", "why it waits or was preempted"), ("cancel", "cancel it")):
         one = sub.add_parser(name, help=text)

@@ -15,6 +15,7 @@ from scheduling.api.operators import (
 from scheduling.api.preemptions import PreemptionViewSet
 from scheduling.api.simulate import SimulateView
 from scheduling.api.tokens import TokenViewSet
+from scheduling.api.usage import UsageView
 
 app_name = "api"
 
@@ -33,5 +34,6 @@ router.register("audit", AuditViewSet, basename="audit")
 
 urlpatterns = [
     path("simulate/", SimulateView.as_view(), name="simulate"),
+    path("usage/", UsageView.as_view(), name="usage"),
     *router.urls,
 ]

@@ -1,0 +1,116 @@
+"""GET /api/v1/usage/: GPU-hours and node-hours from the allocation history (scheduling/accounting.py).
+
+Tenants' members read their own tenants' usage only; operators everyone's. JSON by default, CSV
+with ``?format=csv`` or ``Accept: text/csv`` (a download named after the window).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import renderers, serializers
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from scheduling import accounting
+from scheduling.api.renderers import JSONRenderer
+from scheduling.models import Tenant
+from scheduling.permissions import is_operator
+from scheduling.selectors import tenant_ids
+
+MAX_DAYS = 400
+
+
+class CSVRenderer(renderers.BaseRenderer):
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data: Any, accepted_media_type: str | None = None,
+               renderer_context: dict[str, Any] | None = None) -> bytes:
+        out = io.StringIO()
+        if isinstance(data, dict) and "rows" in data:
+            rows = data["rows"]
+            fields = [*data["group_by"], "gpu_seconds", "gpu_hours", "node_hours"]
+            writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)
+        else:  # an error: one line per field and message
+            writer_ = csv.writer(out, lineterminator="\n")
+            writer_.writerow(["field", "error"])
+            for field, messages in (data or {}).items():
+                for message in messages if isinstance(messages, list) else [messages]:
+                    writer_.writerow([field, message])
+        return out.getvalue().encode()
+
+
+class UsageQuery(serializers.Serializer):
+    tenant = serializers.SlugField(required=False, help_text="A tenant's name; omitted: every tenant you may read.")
+    since = serializers.DateTimeField(required=False, help_text="Default: 30 days before `until`.")
+    until = serializers.DateTimeField(required=False, help_text="Default: now.")
+    group_by = serializers.CharField(required=False, default="tenant,day",
+                                     help_text="Comma-separated: " + ", ".join(accounting.GROUP_BY_FIELDS))
+
+    def validate_group_by(self, value: str) -> list[str]:
+        fields = [f.strip() for f in value.split(",") if f.strip()]
+        unknown = [f for f in fields if f not in accounting.GROUP_BY_FIELDS]
+        if unknown or not fields or len(set(fields)) != len(fields):
+            raise serializers.ValidationError(
+                f"a comma-separated list of distinct fields among {', '.join(accounting.GROUP_BY_FIELDS)}")
+        return fields
+
+    def validate_tenant(self, value: str) -> Tenant:
+        tenant = Tenant.objects.filter(name=value).first()
+        if tenant is None:
+            raise serializers.ValidationError("no such tenant")
+        return tenant
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        until = attrs.get("until") or timezone.now()
+        since = attrs.get("since") or until - timedelta(days=30)
+        if since >= until:
+            raise serializers.ValidationError({"since": ["must be before until"]})
+        if until - since > timedelta(days=MAX_DAYS):
+            raise serializers.ValidationError({"since": [f"the window may span at most {MAX_DAYS} days"]})
+        return {**attrs, "since": since, "until": until}
+
+
+def _window_name(since: datetime, until: datetime) -> str:
+    return f"usage-{since:%Y%m%dT%H%M%S}-{until:%Y%m%dT%H%M%S}.csv"
+
+
+class UsageView(APIView):
+    renderer_classes = [JSONRenderer, CSVRenderer, renderers.BrowsableAPIRenderer]
+
+    @extend_schema(
+        parameters=[UsageQuery, OpenApiParameter("format", OpenApiTypes.STR, enum=["json", "csv"])],
+        responses={200: inline_serializer("Usage", {
+            "since": serializers.DateTimeField(), "until": serializers.DateTimeField(),
+            "group_by": serializers.ListField(child=serializers.CharField()),
+            "rows": serializers.ListField(child=serializers.DictField())})},
+        summary="GPU-hours and node-hours per tenant, user, vCluster, resource group and day")
+    def get(self, request: Request) -> Response:
+        query = UsageQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
+        visible: list[int] | None = None if is_operator(request.user) else tenant_ids(request.user)
+        tenant = params.get("tenant")
+        if tenant is not None:
+            if visible is not None and tenant.pk not in visible:
+                raise PermissionDenied("you may read your own tenants' usage only")
+            visible = [tenant.pk]
+        rows = accounting.report(since=params["since"], until=params["until"], tenant_ids=visible,
+                                 group_by=params["group_by"])
+        body = {"since": params["since"], "until": params["until"], "group_by": params["group_by"], "rows": rows}
+        headers = {}
+        if getattr(request, "accepted_renderer", None) and request.accepted_renderer.format == "csv":
+            headers["Content-Disposition"] = f'attachment; filename="{_window_name(params["since"], params["until"])}"'
+        return Response(body, headers=headers)
