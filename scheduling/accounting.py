@@ -16,7 +16,7 @@ all read these functions.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
@@ -45,6 +45,8 @@ class Interval:
     nodes: int
     start: datetime
     end: datetime
+    cpus: int = 0
+    memory: int = 0
 
 
 def micros(delta: timedelta) -> int:
@@ -61,12 +63,13 @@ def split_at_midnight(start: datetime, end: datetime) -> Iterator[tuple[date, da
         start = piece_end
 
 
-def holding_spans(events: Iterable[tuple[str, datetime]], *, until: datetime) -> list[tuple[datetime, datetime]]:
-    """The spans in which an allocation held nodes, from its events (to_state, at) in order."""
+def holding_spans(events: Iterable[tuple[str, datetime]], *, until: datetime,
+                  states: Collection[str] = HOLDING) -> list[tuple[datetime, datetime]]:
+    """The spans in which an allocation was in ``states`` (held nodes), from its events (to_state, at) in order."""
     spans: list[tuple[datetime, datetime]] = []
     since: datetime | None = None
     for to_state, at in events:
-        if to_state in HOLDING:
+        if to_state in states:
             if since is None:
                 since = at
         elif since is not None:
@@ -77,20 +80,20 @@ def holding_spans(events: Iterable[tuple[str, datetime]], *, until: datetime) ->
     return [(s, e) for s, e in spans if e > s]
 
 
-def _candidates(since: datetime, tenant_ids: Sequence[int] | None) -> list[dict[str, Any]]:
-    # Its last change before ``since`` and not holding now: it held nothing in the window.
-    rows = Allocation.objects.filter(Q(state_changed_at__gte=since) | Q(state__in=HOLDING))
+def _candidates(since: datetime, tenant_ids: Sequence[int] | None, states: Collection[str]) -> list[dict[str, Any]]:
+    # Its last change before ``since`` and not in ``states`` now: it was never in them in the window.
+    rows = Allocation.objects.filter(Q(state_changed_at__gte=since) | Q(state__in=list(states)))
     if tenant_ids is not None:
         rows = rows.filter(tenant_id__in=list(tenant_ids))
     return list(rows.values("id", "tenant_id", "user_id", "vcluster_id", "resource_group_id",
-                            "node_count", "per_node_gpu"))
+                            "node_count", "per_node_gpu", "per_node_cpu", "per_node_memory"))
 
 
-def intervals(*, since: datetime, until: datetime | None = None,
-              tenant_ids: Sequence[int] | None = None) -> list[Interval]:
-    """Every holding interval that overlaps ``[since, until)``, clipped to it."""
+def intervals(*, since: datetime, until: datetime | None = None, tenant_ids: Sequence[int] | None = None,
+              states: Collection[str] = HOLDING) -> list[Interval]:
+    """Every holding interval (or interval in ``states``) that overlaps ``[since, until)``, clipped to it."""
     until = min(until or timezone.now(), timezone.now())
-    allocs = {row["id"]: row for row in _candidates(since, tenant_ids)}
+    allocs = {row["id"]: row for row in _candidates(since, tenant_ids, states)}
     if not allocs:
         return []
     history: dict[int, list[tuple[str, datetime]]] = defaultdict(list)
@@ -101,12 +104,13 @@ def intervals(*, since: datetime, until: datetime | None = None,
     out: list[Interval] = []
     for alloc_id, evs in history.items():
         row = allocs[alloc_id]
-        for start, end in holding_spans(evs, until=until):
+        for start, end in holding_spans(evs, until=until, states=states):
             start, end = max(start, since), min(end, until)
             if end > start:
                 out.append(Interval(alloc_id, row["tenant_id"], row["user_id"], row["vcluster_id"],
                                     row["resource_group_id"], row["node_count"] * row["per_node_gpu"],
-                                    row["node_count"], start, end))
+                                    row["node_count"], start, end, row["node_count"] * row["per_node_cpu"],
+                                    row["node_count"] * row["per_node_memory"]))
     return out
 
 

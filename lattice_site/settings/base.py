@@ -148,6 +148,8 @@ CELERY_BEAT_SCHEDULE = {
     # Re-derives deadlines, holds and pending work from the database: recovers any lost message.
     "sweep": {"task": "scheduling.sweep", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5)},
     "node-liveness": {"task": "nodes.liveness", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5)},
+    # The usage series (scheduling/usage.py): it samples each complete minute once, whenever it runs.
+    "usage": {"task": "scheduling.sample_usage", "schedule": 30},
 }
 
 AUTH_PASSWORD_VALIDATORS = [

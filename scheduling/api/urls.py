@@ -15,7 +15,7 @@ from scheduling.api.operators import (
 from scheduling.api.preemptions import PreemptionViewSet
 from scheduling.api.simulate import SimulateView
 from scheduling.api.tokens import TokenViewSet
-from scheduling.api.usage import UsageView
+from scheduling.api.usage import UsageSeriesView, UsageView
 
 app_name = "api"
 
@@ -35,5 +35,6 @@ router.register("audit", AuditViewSet, basename="audit")
 urlpatterns = [
     path("simulate/", SimulateView.as_view(), name="simulate"),
     path("usage/", UsageView.as_view(), name="usage"),
+    path("usage/series/", UsageSeriesView.as_view(), name="usage-series"),
     *router.urls,
 ]

@@ -20,9 +20,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduling import accounting
+from scheduling import accounting, usage_series
 from scheduling.api.renderers import JSONRenderer
-from scheduling.models import Tenant
+from scheduling.models import ResourceGroup, Tenant, VCluster
 from scheduling.permissions import is_operator
 from scheduling.selectors import tenant_ids
 
@@ -114,3 +114,47 @@ class UsageView(APIView):
         if getattr(request, "accepted_renderer", None) and request.accepted_renderer.format == "csv":
             headers["Content-Disposition"] = f'attachment; filename="{_window_name(params["since"], params["until"])}"'
         return Response(body, headers=headers)
+
+
+class SeriesQuery(serializers.Serializer):
+    scope = serializers.ChoiceField(choices=["group", "vcluster", "tenant"])
+    name = serializers.CharField(help_text="The group's, tenant's name, or the vCluster's name within `resource_group`.")
+    resource_group = serializers.SlugField(required=False,
+                                           help_text="Needed for a vCluster; for a tenant, only that group.")
+    range = serializers.ChoiceField(choices=list(usage_series.RANGES), default="24h")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        group = None
+        if attrs.get("resource_group"):
+            group = ResourceGroup.objects.filter(name=attrs["resource_group"]).first()
+            if group is None:
+                raise serializers.ValidationError({"resource_group": ["no such resource group"]})
+        if attrs["scope"] == "group":
+            target: Any = ResourceGroup.objects.filter(name=attrs["name"]).first()
+        elif attrs["scope"] == "tenant":
+            target = Tenant.objects.filter(name=attrs["name"]).first()
+        elif group is None:
+            raise serializers.ValidationError({"resource_group": ["a vCluster is named within its resource group"]})
+        else:
+            target = VCluster.objects.filter(resource_group=group, name=attrs["name"]).first()
+        if target is None:
+            raise serializers.ValidationError({"name": [f"no such {attrs['scope']}"]})
+        return {**attrs, "target": target, "group": group}
+
+
+class UsageSeriesView(APIView):
+    @extend_schema(parameters=[SeriesQuery], responses={200: OpenApiTypes.OBJECT},
+                   summary="A usage series for charts: GPUs used, held, borrowed, free, pending, preemptions")
+    def get(self, request: Request) -> Response:
+        """Operators read every scope; a tenant's members read their tenant's series."""
+        query = SeriesQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
+        target = params["target"]
+        if not is_operator(request.user) and not (params["scope"] == "tenant" and target.pk in tenant_ids(request.user)):
+            raise PermissionDenied("operators only, or a tenant's own series")
+        group = params["group"]
+        body = usage_series.series(scope=usage_series.SCOPES[params["scope"]], scope_id=target.pk,
+                                   range_name=params["range"],
+                                   resource_group_id=group.pk if group is not None else None)
+        return Response(body)

@@ -8,9 +8,10 @@ from .records import (
     SnapshotChange,
 )
 from .tenancy import ApiToken, Membership, Quota, Tenant, TenantShare
+from .usage import UsageSample, UsageScope
 
 __all__ = [
     "Allocation", "AllocationEvent", "ApiToken", "DecisionAudience", "Membership", "MetricRollup", "Placement",
     "PolicyChange", "PreemptionDecision", "Quota", "ResourceGroup", "SessionType", "SnapshotChange", "Tenant",
-    "TenantShare", "VCluster",
+    "TenantShare", "UsageSample", "UsageScope", "VCluster",
 ]
