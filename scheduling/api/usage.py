@@ -11,11 +11,12 @@ import io
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import renderers, serializers
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -37,18 +38,10 @@ class CSVRenderer(renderers.BaseRenderer):
     def render(self, data: Any, accepted_media_type: str | None = None,
                renderer_context: dict[str, Any] | None = None) -> bytes:
         out = io.StringIO()
-        if isinstance(data, dict) and "rows" in data:
-            rows = data["rows"]
-            fields = [*data["group_by"], "gpu_seconds", "gpu_hours", "node_hours"]
-            writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(rows)
-        else:  # an error: one line per field and message
-            writer_ = csv.writer(out, lineterminator="\n")
-            writer_.writerow(["field", "error"])
-            for field, messages in (data or {}).items():
-                for message in messages if isinstance(messages, list) else [messages]:
-                    writer_.writerow([field, message])
+        writer = csv.DictWriter(out, fieldnames=[*data["group_by"], "gpu_seconds", "gpu_hours", "node_hours"],
+                                lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(data["rows"])
         return out.getvalue().encode()
 
 
@@ -83,15 +76,38 @@ class UsageQuery(serializers.Serializer):
         return {**attrs, "since": since, "until": until}
 
 
+class FormatChecked(APIView):
+    """An unknown ``?format=`` is a 400 naming ``format`` (DRF's own answer is a 404), in JSON."""
+
+    reads_query = True  # its query is validated: 400 naming the field (scheduling/api/schema.py)
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        try:
+            return super().perform_content_negotiation(request, force)
+        except Http404:
+            if force:  # the error's own answer
+                return JSONRenderer(), JSONRenderer.media_type
+            names = ", ".join(r.format for r in self.get_renderers())
+            raise ValidationError({"format": [f"one of {names}"]}) from None
+
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        """Errors are JSON whatever was asked for (field errors keyed by field, as documented)."""
+        if response.status_code >= 400 and getattr(getattr(request, "accepted_renderer", None), "format", "") == "csv":
+            request.accepted_renderer, request.accepted_media_type = JSONRenderer(), JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
+
+
 def _window_name(since: datetime, until: datetime) -> str:
     return f"usage-{since:%Y%m%dT%H%M%S}-{until:%Y%m%dT%H%M%S}.csv"
 
 
-class UsageView(APIView):
+class UsageView(FormatChecked):
     renderer_classes = [JSONRenderer, CSVRenderer, renderers.BrowsableAPIRenderer]
 
     @extend_schema(
-        parameters=[UsageQuery, OpenApiParameter("format", OpenApiTypes.STR, enum=["json", "csv"])],
+        parameters=[UsageQuery],
+        description="JSON; CSV (a download) with `?format=csv` or `Accept: text/csv`.",
         responses={200: inline_serializer("Usage", {
             "since": serializers.DateTimeField(), "until": serializers.DateTimeField(),
             "group_by": serializers.ListField(child=serializers.CharField()),
@@ -142,7 +158,7 @@ class SeriesQuery(serializers.Serializer):
         return {**attrs, "target": target, "group": group}
 
 
-class UsageSeriesView(APIView):
+class UsageSeriesView(FormatChecked):
     @extend_schema(parameters=[SeriesQuery], responses={200: OpenApiTypes.OBJECT},
                    summary="A usage series for charts: GPUs used, held, borrowed, free, pending, preemptions")
     def get(self, request: Request) -> Response:

@@ -111,6 +111,10 @@ def test_usage_csv_download_and_bad_input(preempted_and_resumed, api_for):
     bad = alice.get("/api/v1/usage/", {"since": "2026-03-04T00:00:00Z", "until": "2026-03-01T00:00:00Z"})
     assert bad.status_code == 400 and "since" in bad.json()
     assert alice.get("/api/v1/usage/", {"tenant": "nobody"}).json().keys() == {"tenant"}
+    bad = alice.get("/api/v1/usage/", {"group_by": "colour", "format": "csv"})  # errors are JSON all the same
+    assert bad.status_code == 400 and bad["Content-Type"] == "application/json" and "group_by" in bad.json()
+    bad = alice.get("/api/v1/usage/", {"format": "xml"})
+    assert bad.status_code == 400 and "format" in bad.json()
 
 
 def test_split_at_midnight_covers_the_interval_exactly():
