@@ -11,6 +11,7 @@
     queue [--group G] [--state S[,S]] [--format COL,COL,...]
     show ID | events ID | explain ID | cancel ID | hold ID | release ID | requeue ID
                                          (hold, release, requeue take [--reason TEXT])
+    usage [--tenant T] [--since ISO] [--until ISO] [--group-by tenant,user,vcluster,resource_group,day] [--csv]
 
 A client like any other: it sends ``Authorization: Token`` with a token from
 ``manage.py api_token`` (or POST /api/v1/tokens/). Where it finds the server and the token
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from scheduling import cli_config
+from scheduling.cli_format import score_lines, usage_output
 from scheduling.version import version
 
 
@@ -224,6 +226,10 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
             return show(a, f"submitted array #{a['id']} of {a['size']} tasks: "
                            + " ".join(f"#{t['id']}[{t['index']}]" for t in a["tasks"]))
         return show(a, f"submitted #{a['id']} ({a['state']})")
+    if args.cmd == "usage":
+        query = {k: v for k, v in (("tenant", args.tenant), ("since", args.since), ("until", args.until),
+                                   ("group_by", args.group_by)) if v}
+        return usage_output(client.call("GET", "/usage/", query=query), args, out)
     if args.cmd == "list":
         query = {k: v for k, v in (("state", args.state), ("resource_group", args.group),
                                    ("array", args.array)) if v}
@@ -242,20 +248,7 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
                                     f"{e['reason']}" for e in rows))
     if args.cmd == "explain":
         e = client.call("GET", path + "explain/")
-        lines = [f"#{e['allocation']} is {e['state']}"]
-        if e.get("reason"):
-            lines.append(f"why it waits ({e['reason']['code']}): {e['reason']['explanation']}")
-        if e.get("queue"):
-            q = e["queue"]
-            lines.append(f"place in the queue: {q['position']} of {q['queued']}, {q['ahead']} ahead"
-                         + (" (" + ", ".join(f"{n} by {term}" for term, n in q["ahead_by"].items()) + ")"
-                            if q["ahead_by"] else ""))
-        if e.get("waiting"):
-            lines.append("latest decision: " + _decision_text(e["waiting"]))
-        if e.get("queue_score"):
-            lines += _score_lines(e["queue_score"])
-        lines += [f"preempted (decision {p['id']}, {p['created_at']}): {p['explanation']}" for p in e["preemptions"]]
-        return show(e, "\n".join(lines))
+        return show(e, "\n".join(explain_lines(e)))
     if args.cmd == "cancel":
         a = client.call("POST", path + "cancel/", {})
         return show(a, f"#{a['id']} is {a['state']}")
@@ -265,12 +258,23 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
     raise Usage(f"unknown command {args.cmd}")  # argparse refuses it first
 
 
-def _score_lines(score: dict) -> list[str]:
-    """Where it stands in the queue: the score's sentence, then each term with its weight."""
-    lines = [score.get("summary") or f"queue score {score.get('score')}"]
-    lines += [f"  {t['term']} {t['name']:<22} {t['value']:.3f} x {t['weight']:.2f} = {t['part']:.3f}"
-              for t in score.get("terms", [])]
-    return lines
+def explain_lines(e: dict[str, Any]) -> list[str]:
+    """Why it waits (the binding limit, its place in the queue, the latest decision and its queue
+    score) and why it was preempted."""
+    lines = [f"#{e['allocation']} is {e['state']}"]
+    if e.get("reason"):
+        lines.append(f"why it waits ({e['reason']['code']}): {e['reason']['explanation']}")
+    if e.get("queue"):
+        q = e["queue"]
+        lines.append(f"place in the queue: {q['position']} of {q['queued']}, {q['ahead']} ahead"
+                     + (" (" + ", ".join(f"{n} by {term}" for term, n in q["ahead_by"].items()) + ")"
+                        if q["ahead_by"] else ""))
+    if e.get("waiting"):
+        lines.append("latest decision: " + _decision_text(e["waiting"]))
+    if e.get("queue_score"):
+        lines += score_lines(e["queue_score"])
+    return lines + [f"preempted (decision {p['id']}, {p['created_at']}): {p['explanation']}"
+                    for p in e["preemptions"]]
 
 
 def login(args: argparse.Namespace, url: str, out: TextIO) -> None:
@@ -333,6 +337,13 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--state", help="comma-separated states (default: pending,running)")
     q.add_argument("--format", help=f"comma-separated columns (default: {QUEUE_FORMAT}); "
                                     f"known: {', '.join(QUEUE_COLUMNS)}")
+    use = sub.add_parser("usage", help="GPU-hours and node-hours (my tenants'; operators: everyone's)")
+    use.add_argument("--tenant")
+    use.add_argument("--since", help="ISO 8601 (default: 30 days before --until)")
+    use.add_argument("--until", help="ISO 8601 (default: now)")
+    use.add_argument("--group-by", help="comma-separated: tenant, user, vcluster, resource_group, day "
+                                        "(default: tenant,day)")
+    use.add_argument("--csv", action="store_true", help="print CSV")
     for name, text in (("show", "one allocation"), ("events", "its history"),
                        ("explain", "why it waits or was preempted"), ("cancel", "cancel it"),
                        ("hold", "hold pending work"), ("release", "release a hold"),

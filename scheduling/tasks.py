@@ -10,6 +10,8 @@ from scheduling.actions.lifecycle import allocation_deadline, sweep
 from scheduling.models import Allocation, ResourceGroup
 from scheduling.passes.run import schedule_pass
 from scheduling.passes.snapshot_cache import prune
+from scheduling.usage import sample
+from scheduling.usage_fold import fold
 
 log = logging.getLogger(__name__)
 
@@ -43,3 +45,11 @@ def periodic_sweep() -> None:
     prune()
     for group_id in ResourceGroup.objects.values_list("pk", flat=True):
         schedule_pass(group_id)
+
+
+@shared_task(name="scheduling.sample_usage", ignore_result=True, time_limit=300)
+def sample_usage() -> None:
+    """The usage series: every complete minute not yet sampled, then downsampling and retention.
+    Cheap when called more often than once a minute (the embedded loop calls it every round)."""
+    if sample():
+        fold()

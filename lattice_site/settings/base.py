@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and ReDoc served from static files, never a CDN
     "django_htmx",
     "django_filters",
     "channels",
@@ -160,6 +161,8 @@ CELERY_BEAT_SCHEDULE = {
     # Re-derives deadlines, holds and pending work from the database: recovers any lost message.
     "sweep": {"task": "scheduling.sweep", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5)},
     "node-liveness": {"task": "nodes.liveness", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5)},
+    # The usage series (scheduling/usage.py): it samples each complete minute once, whenever it runs.
+    "usage": {"task": "scheduling.sample_usage", "schedule": 30},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -215,6 +218,11 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Lattice API",
     "DESCRIPTION": "Allocations, decisions and policies of a Lattice control plane.",
     "VERSION": version(),
+    # /api/docs/ and /api/redoc/ load their scripts from this project's static files, so they
+    # render on a cluster with no internet access.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Clients send JSON (the parsers also read forms, for the browsable API).
     "PARSER_WHITELIST": ["scheduling.api.parsers.JSONParser"],
     "COMPONENT_SPLIT_REQUEST": True,  # what a client sends, apart from what it reads back

@@ -37,7 +37,7 @@ class LatticeSchema(AutoSchema):
         lists = self.method == "GET" and self._is_list_view() and self._get_paginator() is not None
         if "{" in self.path or lists:
             codes.append("404")
-        if self.method in WRITES or lists or self.get_filter_backends():
+        if self.method in WRITES or lists or self.get_filter_backends() or getattr(self.view, "reads_query", False):
             codes.append("400")
         if self.method in WRITES:
             codes += ["409", "413"]

@@ -16,6 +16,7 @@ from scheduling.api.preemptions import PreemptionViewSet
 from scheduling.api.queue import QueueView
 from scheduling.api.simulate import SimulateView
 from scheduling.api.tokens import TokenViewSet
+from scheduling.api.usage import UsageSeriesView, UsageView
 
 app_name = "api"
 
@@ -37,5 +38,7 @@ urlpatterns = [
     path("simulate/", SimulateView.as_view(), name="simulate"),
     # Before the router: tenants read it too, while the rest of /resource-groups/ is operators'.
     path("resource-groups/<slug:name>/queue/", QueueView.as_view(), name="resource-group-queue"),
+    path("usage/", UsageView.as_view(), name="usage"),
+    path("usage/series/", UsageSeriesView.as_view(), name="usage-series"),
     *router.urls,
 ]

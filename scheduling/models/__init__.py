@@ -8,10 +8,11 @@ from .records import (
     SnapshotChange,
 )
 from .tenancy import ApiToken, Membership, Quota, Tenant, TenantShare
+from .usage import UsageSample, UsageScope
 
 __all__ = [
     "Allocation", "AllocationEvent", "ApiToken", "DecisionAudience", "JobArray", "Membership", "MetricRollup",
     "Placement", "PlacementDevice", "PolicyChange", "PreemptionDecision", "Quota", "ResourceGroup", "SessionType",
     "SnapshotChange", "Tenant",
-    "TenantShare", "VCluster",
+    "TenantShare", "UsageSample", "UsageScope", "VCluster",
 ]

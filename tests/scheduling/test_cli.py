@@ -182,3 +182,19 @@ def test_queue_prints_positions_and_reasons_like_squeue(lattice, resource_group,
     code, out = lattice("explain", str(waiting.pk))
     assert "why it waits (RESOURCES): Not enough free capacity" in out
     assert "place in the queue: 2 of 2, 1 ahead (1 by class)" in out
+
+
+def test_usage_prints_gpu_hours_as_a_table_and_csv(lattice, make_allocation):
+    from tests.scheduling.test_accounting import at, history
+
+    history(make_allocation(node_count=1, per_node_gpu=4), [
+        ("pending", at(0, 10, 0)), ("running", at(0, 11, 0)), ("completed", at(0, 11, 30))])
+    window = ["--since", "2026-03-01T00:00:00Z", "--until", "2026-03-02T00:00:00Z"]
+    code, out = lattice("usage", *window)
+    assert code == 0, out
+    assert out.splitlines()[1:] == ["tenant   day         gpu_seconds  gpu_hours  node_hours",
+                                    "physics  2026-03-01  7200         2.0        0.5"]  # 30 min x 4 GPUs
+    code, out = lattice("usage", *window, "--group-by", "user", "--csv")
+    assert code == 0 and out.splitlines() == ["user,gpu_seconds,gpu_hours,node_hours", "alice,7200,2.0,0.5"]
+    code, out = lattice("usage", "--tenant", "chemistry")
+    assert code == 1

@@ -1,0 +1,92 @@
+"""The usage series: sampled late from the history, folded with age, served for charts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduling import usage, usage_fold
+from scheduling.models import MetricRollup, PreemptionDecision, UsageSample
+from tests.scheduling.test_accounting import history
+
+pytestmark = pytest.mark.django_db
+T0 = datetime(2026, 3, 1, 22, 0, tzinfo=UTC)
+
+
+def t(minutes: float) -> datetime:
+    return T0 + timedelta(seconds=minutes * 60)
+
+
+def test_minutes_missed_are_sampled_later_from_the_transitions(make_allocation, vcluster_hpc, node_gpu_a,
+                                                              tenant_physics, resource_group):
+    alloc = make_allocation(node_count=1, per_node_gpu=4, vcluster=vcluster_hpc, submitted_at=t(0.5))
+    decision = PreemptionDecision.objects.create(
+        resource_group=resource_group, decided_for=t(3), result="preempt", code="PREEMPT", explanation="x",
+        outcome="executed", victims=[{"id": str(alloc.pk), "reason": "LOWER_CLASS", "action": "checkpoint"}])
+    PreemptionDecision.objects.filter(pk=decision.pk).update(created_at=t(3))
+    history(alloc, [("pending", t(0.5)), ("running", t(1.5)), ("checkpointing", t(3)),
+                    ("suspended", t(3.75)), ("pending", t(3.75))])
+    MetricRollup.objects.create(key=usage.MARK, value=T0.timestamp())  # the sampler last ran at 22:00
+
+    assert usage.sample(now=t(5) + timedelta(seconds=10)) == 5   # five minutes, sampled at once
+    assert usage.sample(now=t(5) + timedelta(seconds=50)) == 0   # each minute once
+    group = {s.start: s for s in UsageSample.objects.filter(scope="g", scope_id=resource_group.pk)}
+    # By hand: 4 GPUs held 22:01:30-22:03:45 (running, then checkpointing), pending 22:00:30-22:01:30
+    # and again from 22:03:45; the node has 8 GPUs.
+    assert [(group[t(m)].gpu_used, group[t(m)].gpu_free) for m in range(5)] == [
+        (0, 8), (2, 6), (4, 4), (3, 5), (0, 8)]
+    assert [(group[t(m)].pending, group[t(m)].pending_gpus) for m in range(5)] == [
+        (0.5, 2), (0.5, 2), (0, 0), (0.25, 1), (1, 4)]
+    assert [group[t(m)].checkpoint_seconds for m in range(5)] == [0, 0, 0, 45, 0]
+    assert [group[t(m)].preemptions for m in range(5)] == [{}, {}, {}, {"LOWER_CLASS": 1}, {}]
+    tenant = {s.start: s.gpu_used for s in UsageSample.objects.filter(scope="t", scope_id=tenant_physics.pk)}
+    vcluster = {s.start: s.gpu_used for s in UsageSample.objects.filter(scope="v", scope_id=vcluster_hpc.pk)}
+    assert tenant == vcluster == {t(0): 0, t(1): 2, t(2): 4, t(3): 3, t(4): 0}  # rows only where something moved
+
+
+def _minute(start, **values):
+    return UsageSample(resolution=60, start=start, scope="g", scope_id=1, resource_group_id=1, **values)
+
+
+def test_folding_averages_gauges_sums_counters_and_drops_after_a_year():
+    day = datetime(2026, 1, 10, tzinfo=UTC)
+    UsageSample.objects.bulk_create(
+        [_minute(day + timedelta(minutes=m), gpu_used=8, checkpoint_seconds=2, preemptions={"A": 1})
+         for m in range(10)]  # 10 of the 15 minutes at 8 GPUs, 5 missing (zero)
+        + [_minute(day + timedelta(minutes=15), gpu_used=4)])
+    usage_fold.fold(now=day + timedelta(days=2, minutes=40))
+    rows = list(UsageSample.objects.order_by("start").values_list("resolution", "start", "gpu_used",
+                                                                  "checkpoint_seconds", "preemptions"))
+    assert rows == [(900, day, 8 * 10 / 15, 20, {"A": 10}), (900, day + timedelta(minutes=15), 4 / 15, 0, {})]
+    usage_fold.fold(now=day + timedelta(days=61))
+    ((resolution, start, gpu_used, checkpoint, preemptions),) = UsageSample.objects.values_list(
+        "resolution", "start", "gpu_used", "checkpoint_seconds", "preemptions")
+    # A day's average: 10 minutes at 8 GPUs and one at 4 out of 1,440 minutes.
+    assert (resolution, start, checkpoint, preemptions) == (86400, day, 20, {"A": 10})
+    assert gpu_used == pytest.approx((10 * 8 + 4) / 1440)
+    usage_fold.fold(now=day + timedelta(days=366))
+    assert not UsageSample.objects.exists()
+
+
+def test_series_endpoint_serves_the_stored_values_to_whom_may_read_them(resource_group, tenant_physics,
+                                                                       tenant_chemistry, operator, api_for):
+    now = usage.floor_to(timezone.now(), 60)
+    UsageSample.objects.bulk_create([
+        UsageSample(resolution=60, start=now - timedelta(minutes=10), scope="g", scope_id=resource_group.pk,
+                    resource_group_id=resource_group.pk, gpu_used=6, gpu_free=2, preemptions={"LOWER_CLASS": 2}),
+        UsageSample(resolution=60, start=now - timedelta(minutes=3), scope="t", scope_id=tenant_physics.pk,
+                    resource_group_id=resource_group.pk, gpu_used=5, pending=3)])
+    body = api_for("op").get("/api/v1/usage/series/", {"scope": "group", "name": "rg-main", "range": "1h"}).json()
+    assert body["step"] == 60 and len(body["t"]) == 60
+    i = body["t"].index(int((now - timedelta(minutes=10)).timestamp()))
+    assert (body["gpu_used"][i], body["gpu_free"][i], body["preemptions"]["LOWER_CLASS"][i]) == (6, 2, 2)
+    assert sum(body["gpu_used"]) == 6
+    alice = api_for("alice")
+    mine = alice.get("/api/v1/usage/series/", {"scope": "tenant", "name": "physics", "range": "24h"}).json()
+    assert mine["step"] == 900 and sum(mine["gpu_used"]) == pytest.approx(5 / 15, abs=1e-4) and sum(mine["pending"]) == 0.2
+    assert alice.get("/api/v1/usage/series/", {"scope": "tenant", "name": "chemistry"}).status_code == 403
+    assert alice.get("/api/v1/usage/series/", {"scope": "group", "name": "rg-main"}).status_code == 403
+    bad = api_for("op").get("/api/v1/usage/series/", {"scope": "vcluster", "name": "hpc"})
+    assert bad.status_code == 400 and "resource_group" in bad.json()
