@@ -39,9 +39,9 @@ def _document(seed: int, n_nodes: int) -> dict:
                 "started_at": f"2026-05-01T{rnd.randint(6, 11):02d}:{rnd.randint(0, 59):02d}:00Z",
                 **({"walltime_minutes": rnd.choice([240, 480])} if rnd.random() < 0.3 else {}),
             })
-    for _ in range(n_nodes // 10):  # a few gangs across two nodes
+    for k in range(n_nodes // 10):  # a few gangs across two nodes (the same pair may come twice)
         a, b = rnd.sample(range(n_nodes), 2)
-        running.append({"id": f"g{a:03d}{b:03d}", "placement": {f"n{a:03d}": {"gpu": 0, "cpu": 8},
+        running.append({"id": f"g{k:03d}-{a:03d}-{b:03d}", "placement": {f"n{a:03d}": {"gpu": 0, "cpu": 8},
                                                                  f"n{b:03d}": {"gpu": 0, "cpu": 8}},
                         "preemption_class": 1, "checkpoint": "auto", "started_at": "2026-05-01T09:00:00Z"})
     return {"now": "2026-05-01T12:00:00Z", "policy": {"kind": "class_cost", "max_victims": 4},
