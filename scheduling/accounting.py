@@ -82,7 +82,9 @@ def holding_spans(events: Iterable[tuple[str, datetime]], *, until: datetime,
 
 def _candidates(since: datetime, tenant_ids: Sequence[int] | None, states: Collection[str]) -> list[dict[str, Any]]:
     # Its last change before ``since`` and not in ``states`` now: it was never in them in the window.
-    rows = Allocation.objects.filter(Q(state_changed_at__gte=since) | Q(state__in=list(states)))
+    # No recorded change time (a row written without a transition) proves nothing: its events decide.
+    rows = Allocation.objects.filter(Q(state_changed_at__gte=since) | Q(state_changed_at__isnull=True)
+                                     | Q(state__in=list(states)))
     if tenant_ids is not None:
         rows = rows.filter(tenant_id__in=list(tenant_ids))
     return list(rows.values("id", "tenant_id", "user_id", "vcluster_id", "resource_group_id",

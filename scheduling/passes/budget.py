@@ -13,10 +13,7 @@ import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import F, Q
-
-from scheduling.models import AllocationEvent
-from scheduling.states import HOLDING
+from scheduling import accounting
 
 # A pass reads the tenants' use at most this often (GPU-hours move slowly; the history query
 # reads every run of the month).
@@ -33,41 +30,22 @@ def budget_period(moment: datetime) -> tuple[datetime, datetime]:
 
 
 def gpu_hours(tenant_ids: list[int], since: datetime, until: datetime) -> dict[int, float]:
-    """GPU-hours each tenant's allocations used within [since, until), in one query.
+    """GPU-hours each tenant's allocations used within [since, until), as the accounting counts
+    them (scheduling/accounting.py, the one place GPU-hours are computed from the history).
 
     Runs still holding their nodes count up to ``until``; pass ``now`` (not a future period end)
     for the use so far."""
     out: dict[int, float] = {t: 0.0 for t in tenant_ids}
     if not tenant_ids or until <= since:
         return out
-    rows = (AllocationEvent.objects
-            .filter(allocation__tenant_id__in=tenant_ids, allocation__per_node_gpu__gt=0, created_at__lt=until)
-            .filter(Q(allocation__ended_at__isnull=True) | Q(allocation__ended_at__gte=since))
-            .filter(Q(to_state__in=HOLDING) | Q(from_state__in=HOLDING)).exclude(from_state=F("to_state"))
-            .order_by("allocation_id", "created_at", "id")
-            .values_list("allocation_id", "allocation__tenant_id", "from_state", "to_state", "created_at",
-                         "allocation__node_count", "allocation__per_node_gpu"))
-    opened: dict[int, datetime] = {}
-    last: dict[int, tuple[int, int]] = {}
-    for alloc_id, tenant_id, from_state, to_state, at, nodes, gpus in rows.iterator(chunk_size=2000):
-        last[alloc_id] = (tenant_id, nodes * gpus)
-        if to_state in HOLDING and from_state not in HOLDING:
-            opened.setdefault(alloc_id, at)
-        elif from_state in HOLDING and to_state not in HOLDING and alloc_id in opened:
-            out[tenant_id] += _overlap(opened.pop(alloc_id), at, since, until) * nodes * gpus
-    for alloc_id, began in opened.items():  # still holding its nodes
-        tenant_id, count = last[alloc_id]
-        out[tenant_id] += _overlap(began, until, since, until) * count
+    for (tenant_id,), hours in accounting.gpu_hours(since=since, until=until, tenant_ids=tenant_ids).items():
+        out[tenant_id] += hours
     return out
 
 
 def tenant_gpu_hours(tenant_id: int, since: datetime, until: datetime) -> float:
     """One tenant's GPU-hours within [since, until)."""
     return gpu_hours([tenant_id], since, until)[tenant_id]
-
-
-def _overlap(start: datetime, end: datetime, since: datetime, until: datetime) -> float:
-    return max(0.0, (min(end, until) - max(start, since)).total_seconds()) / 3600.0
 
 
 def month_use(tenant_ids: list[int], now: datetime) -> dict[int, float]:
