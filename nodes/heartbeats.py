@@ -10,6 +10,7 @@ only after that commit.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from datetime import datetime
 
 from channels.db import database_sync_to_async
@@ -115,13 +116,15 @@ class Batcher:
                 future.set_result(ok)
 
 
-_batchers: dict[int, Batcher] = {}
+# Keyed by the loop itself, weakly: a loop's id can be reused once it is gone, and a batcher left
+# from a closed loop (a write in flight when it closed) would never drain for its successor.
+_batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher] = weakref.WeakKeyDictionary()
 
 
 def batcher() -> Batcher:
     """One batcher per running event loop (a Daphne process has one)."""
     loop = asyncio.get_running_loop()
-    found = _batchers.get(id(loop))
+    found = _batchers.get(loop)
     if found is None:
-        found = _batchers[id(loop)] = Batcher()
+        found = _batchers[loop] = Batcher()
     return found
