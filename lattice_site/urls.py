@@ -6,7 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from nodes import views as node_views
 from scheduling import views
 from scheduling.metrics import metrics_view
-from scheduling.web import ops, portal
+from scheduling.web import ops, portal, tenants
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -21,6 +21,8 @@ urlpatterns = [
     path("ops/groups/<slug:name>/policy/", ops.policy_editor, name="ops-policy"),
     path("ops/groups/<slug:name>/pause/", ops.pause, name="ops-pause"),
     path("ops/groups/<slug:name>/<slug:kind>/<int:pk>/", ops.config_editor, name="ops-config"),
+    path("ops/tenants/", tenants.tenant_list, name="ops-tenants"),
+    path("ops/tenants/<slug:name>/", tenants.tenant_editor, name="ops-tenant"),
     path("ops/decisions/<int:pk>/", ops.decision_detail, name="ops-decision"),
     path("ops/allocations/<int:pk>/override/", ops.override, name="ops-override"),
     path("ops/nodes/<slug:name>/", node_views.node_detail, name="ops-node"),

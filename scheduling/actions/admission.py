@@ -21,6 +21,7 @@ from scheduling.models import (
     Quota,
     ResourceGroup,
     Tenant,
+    priority_policy,
 )
 from scheduling.states import FINAL, HOLDING, State
 
@@ -43,17 +44,9 @@ def priority_for(tenant: Tenant, user: AbstractBaseUser, requested: int | None) 
     project and user resource policies): the default when it names none; else the named one, if this
     user may change priority at all and it lies in both ranges. The user's blank values take the
     tenant's. A request outside the policy is refused naming ``priority``."""
-    quota = Quota.objects.filter(tenant=tenant).first()
-    default, changeable, low, high = 10, True, 0, 100
-    if quota is not None:
-        default, changeable = quota.default_priority, quota.priority_changeable
-        low, high = quota.min_priority, quota.max_priority
-    member = Membership.objects.filter(tenant=tenant, user=user).first()
-    if member is not None:
-        default = default if member.default_priority is None else member.default_priority
-        changeable = changeable and member.priority_changeable
-        low = low if member.min_priority is None else max(low, member.min_priority)
-        high = high if member.max_priority is None else min(high, member.max_priority)
+    policy = priority_policy(Quota.objects.filter(tenant=tenant).first(),
+                             Membership.objects.filter(tenant=tenant, user=user).first())
+    default, changeable, low, high = policy
     if requested is None or requested == default:
         return default
     if not changeable:

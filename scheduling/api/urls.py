@@ -3,6 +3,7 @@ from rest_framework.routers import DefaultRouter
 
 from nodes.api import NodeViewSet
 from scheduling.api.allocations import AllocationViewSet, ArrayViewSet
+from scheduling.api.members import MembershipViewSet
 from scheduling.api.operators import (
     AuditViewSet,
     OverrideViewSet,
@@ -31,6 +32,7 @@ router.register("vclusters", VClusterViewSet, basename="vcluster")
 router.register("session-types", SessionTypeViewSet, basename="session-type")
 router.register("tenants", TenantViewSet, basename="tenant")
 router.register("quotas", QuotaViewSet, basename="quota")
+router.register("memberships", MembershipViewSet, basename="membership")
 router.register("overrides", OverrideViewSet, basename="override")
 router.register("audit", AuditViewSet, basename="audit")
 

@@ -7,12 +7,20 @@ from .records import (
     PreemptionDecision,
     SnapshotChange,
 )
-from .tenancy import ApiToken, Membership, Quota, Tenant, TenantShare
+from .tenancy import (
+    ApiToken,
+    Membership,
+    PriorityPolicy,
+    Quota,
+    Tenant,
+    TenantShare,
+    priority_policy,
+)
 from .usage import UsageSample, UsageScope
 
 __all__ = [
     "Allocation", "AllocationEvent", "ApiToken", "DecisionAudience", "JobArray", "Membership", "MetricRollup",
-    "Placement", "PlacementDevice", "PolicyChange", "PreemptionDecision", "Quota", "ResourceGroup", "SessionType",
-    "SnapshotChange", "Tenant",
+    "Placement", "PlacementDevice", "PolicyChange", "PreemptionDecision", "PriorityPolicy", "Quota",
+    "ResourceGroup", "SessionType", "SnapshotChange", "Tenant", "priority_policy",
     "TenantShare", "UsageSample", "UsageScope", "VCluster",
 ]

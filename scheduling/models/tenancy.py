@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -114,6 +114,36 @@ class Quota(models.Model):
             raise ValidationError({"min_priority": f"must not be above max_priority {self.max_priority}"})
         if not self.min_priority <= self.default_priority <= self.max_priority:
             raise ValidationError({"default_priority": f"must be within {self.min_priority}..{self.max_priority}"})
+
+
+class PriorityPolicy(NamedTuple):
+    """What a user's request gets under its tenant's and its own priority policies (Backend.AI's
+    project and user resource policies): ``default`` when it names none; a named one only if
+    ``changeable`` and within ``low``..``high`` (empty when ``low > high``)."""
+
+    default: int
+    changeable: bool
+    low: int
+    high: int
+
+    @property
+    def empty(self) -> bool:
+        return self.low > self.high
+
+
+def priority_policy(quota: Quota | None, member: Membership | None) -> PriorityPolicy:
+    """The tenant's policy (its quota; without one 10, changeable, 0..100) narrowed by the member's:
+    its blank values take the tenant's, its range is intersected, both must allow changes."""
+    default, changeable, low, high = 10, True, 0, 100
+    if quota is not None:
+        default, changeable = quota.default_priority, quota.priority_changeable
+        low, high = quota.min_priority, quota.max_priority
+    if member is not None:
+        default = default if member.default_priority is None else member.default_priority
+        changeable = changeable and member.priority_changeable
+        low = low if member.min_priority is None else max(low, member.min_priority)
+        high = high if member.max_priority is None else min(high, member.max_priority)
+    return PriorityPolicy(default, changeable, low, high)
 
 
 class TenantShare(models.Model):

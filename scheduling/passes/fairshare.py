@@ -75,14 +75,17 @@ def status_of(below_since: datetime | None, policy: em.Policy, now: datetime) ->
 
 def track(snap: Snapshot, now: datetime) -> dict[int, Standing]:
     """Measure every tenant's share on ``snap``, write what moved, give the engine each tenant's
-    ``below_fair_share_since`` and answer the standings by tenant id (for the queue's order)."""
+    ``below_fair_share_since`` and answer the standings by tenant id (for the queue's order, and
+    a class_cost queue's fair-share term). Only a fair_share group starves: elsewhere the share is
+    kept with no ``below_since`` (status normal) and no preemption backoff is read."""
     cluster, policy, group = snap.cluster, snap.policy, snap.group
+    starvation = policy.kind == "fair_share"
     shares = cluster.tenant_shares()
     if snap.tenant_ids is None:  # kept with the snapshot: a change to tenants reloads it
         snap.tenant_ids = dict(Tenant.objects.values_list("name", "id"))
     rows = {r.tenant_id: r for r in TenantShare.objects.filter(resource_group=group)}
     demand = set(Allocation.objects.filter(resource_group=group, state=State.PENDING)
-                 .values_list("tenant_id", flat=True).distinct())
+                 .values_list("tenant_id", flat=True).distinct()) if starvation else set()
     out: dict[int, Standing] = {}
     changed: list[TenantShare] = []
     for name, tenant in cluster.tenants.items():
@@ -92,7 +95,7 @@ def track(snap: Snapshot, now: datetime) -> dict[int, Standing]:
         row = rows.get(tenant_id) if tenant_id is not None else None
         if tenant_id is None or (row is None and tenant.fair_share <= 0 and share <= 0):
             continue
-        since = below_since(share, tenant.fair_share, policy.tolerance, tenant_id in demand,
+        since = below_since(share, tenant.fair_share, policy.tolerance, starvation and tenant_id in demand,
                             row.below_since if row is not None else None, now)
         if row is None:
             row = TenantShare(tenant_id=tenant_id, resource_group=group, below_since=None, updated_at=now)
@@ -104,7 +107,8 @@ def track(snap: Snapshot, now: datetime) -> dict[int, Standing]:
         cluster.set_below_since(name, ts(since))
         out[tenant_id] = Standing(name, share, tenant.fair_share, since, status_of(since, policy, now), row.updated_at)
     _write(changed)
-    cluster.last_preemption_at = last_preemption_at(group, policy, now)
+    if starvation:
+        cluster.last_preemption_at = last_preemption_at(group, policy, now)
     return out
 
 

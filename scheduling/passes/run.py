@@ -56,10 +56,13 @@ def _locked_pass(group: ResourceGroup, budget: int, now: datetime | None) -> Pas
     snap = snapshot_cache.take(group)
     assert snap.quotas is not None, "snapshot_cache.take always gives a pass its quota book"
     as_of = now or timezone.now()
-    standing = fairshare.track(snap, as_of) if snap.policy.kind == "fair_share" else None
+    kind = snap.policy.kind
+    # Shares are tracked where they are read: fair_share's starvation and queue, class_cost's f3.
+    standing = fairshare.track(snap, as_of) if kind in ("fair_share", "class_cost") else None
     holds = holds_of(group)
-    scorer = QueueScorer(snap, as_of) if snap.policy.kind == "class_cost" else None
-    queue = pending_queue(group, snap.policy.kind, budget + 1, set(holds), standing=standing, scorer=scorer)
+    scorer = QueueScorer(snap, as_of, standing) if kind == "class_cost" else None
+    queue = pending_queue(group, kind, budget + 1, set(holds), standing=standing if kind == "fair_share" else None,
+                          scorer=scorer)
     state = PassState(snap=snap, quotas=snap.quotas, as_of=as_of, scorer=scorer)
     state.result.more = len(queue) > budget
     reserve_holds(snap, holds)

@@ -18,6 +18,7 @@ from scheduling.engine import score as es
 from scheduling.models import PreemptionDecision, Quota, VCluster
 from scheduling.models.cluster import DEFAULT_WEIGHTS
 from scheduling.passes.budget import used_by_tenant
+from scheduling.passes.fairshare import Standing, standing_by_tenant
 from scheduling.passes.snapshot import Snapshot
 
 # Pending requests scored per pass (in class order); past these the tail keeps the class order.
@@ -33,13 +34,14 @@ class QueueScorer:
     """Scores a pass's pending rows and orders them, highest score first (then class, priority,
     submission, id); ``scores`` keeps each row's score for its wait record."""
 
-    def __init__(self, snap: Snapshot, now: datetime) -> None:
+    def __init__(self, snap: Snapshot, now: datetime, standing: dict[int, Standing] | None = None) -> None:
         self.snap = snap
         self.now = now
+        self.standing = standing
         self.scores: dict[int, es.Score] = {}
 
     def order(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        self.scores = score_rows(self.snap, rows, self.now)
+        self.scores = score_rows(self.snap, rows, self.now, self.standing)
         return sorted(rows, key=lambda r: (-round(self.scores[r["id"]].total, 9), -r["preemption_class"],
                                            -r["priority"], r["submitted_at"], r["id"]))
 
@@ -48,8 +50,11 @@ class QueueScorer:
         return scored.to_dict() if scored is not None else None
 
 
-def score_rows(snap: Snapshot, rows: list[dict[str, Any]], now: datetime) -> dict[int, es.Score]:
-    """Each pending row's score (rows: ``values()`` of the queue with ``tenant_id``)."""
+def score_rows(snap: Snapshot, rows: list[dict[str, Any]], now: datetime,
+               standing: dict[int, Standing] | None = None) -> dict[int, es.Score]:
+    """Each pending row's score (rows: ``values()`` of the queue with ``tenant_id``). The
+    fair-share term reads the tenants' tracked shares (``standing``: the pass's
+    ``fairshare.track``, else the stored rows), the same figure the group's shares show."""
     if not rows:
         return {}
     group = snap.group
@@ -60,15 +65,14 @@ def score_rows(snap: Snapshot, rows: list[dict[str, Any]], now: datetime) -> dic
     nodes = _Nodes(snap)
     backlog = es.f_backlog(sum(r["node_count"] * r["per_node_gpu"] for r in rows), nodes.gpus)
     timeout = snap.policy.checkpoint_timeout_minutes
-    cluster = snap.cluster
+    standing = standing if standing is not None else standing_by_tenant(group, now)
     out = {}
     for r in rows:
         constraints = r["constraints"] or {}
-        tenant = cluster.tenant(r["tenant__name"])
         terms = {
             "f1": es.f_priority(r["preemption_class"]),
             "f2": es.f_wait((now - r["submitted_at"]).total_seconds()),
-            "f3": es.f_fair_share(tenant.fair_share, cluster.tenant_share(r["tenant__name"])),
+            "f3": _fair_share_term(snap, standing.get(r["tenant_id"]), r["tenant__name"]),
             "f4": es.f_topology(r["node_count"], nodes.groups(constraints.get("same"))),
             "f6": backlog,
             "f8": es.f_checkpoint(r["checkpoint"], r["checkpoint_minutes"], timeout),
@@ -78,6 +82,14 @@ def score_rows(snap: Snapshot, rows: list[dict[str, Any]], now: datetime) -> dic
         share = es.budget_used(used.get(r["tenant_id"], 0.0), budget)
         out[r["id"]] = es.combine(weights.get(r["vcluster__name"], FALLBACK_WEIGHTS), terms, share)
     return out
+
+
+def _fair_share_term(snap: Snapshot, tracked: Standing | None, tenant: str) -> float:
+    """f3 from the tenant's tracked share; a tenant with no row (no fair share and no use, or a
+    group no pass has tracked yet) from its quota and the snapshot."""
+    if tracked is not None:
+        return es.f_fair_share(tracked.fair_share, tracked.share)
+    return es.f_fair_share(snap.cluster.tenant(tenant).fair_share, snap.cluster.tenant_share(tenant))
 
 
 class _Nodes:

@@ -117,15 +117,18 @@ def daphne(control_plane):
 def agent_factory(tmp_path, daphne):
     procs: list[subprocess.Popen] = []
 
-    def start(token: str, env: dict[str, str] | None = None, workdir: Path | None = None) -> subprocess.Popen:
-        token_file = tmp_path / "token"
+    def start(token: str, env: dict[str, str] | None = None, workdir: Path | None = None,
+              args: tuple[str, ...] = ()) -> subprocess.Popen:
+        # A file per agent: several may start at once (one per node), each reading its own.
+        token_file = tmp_path / ("token" if not procs else f"token-{len(procs)}")
         token_file.write_text(token)
         # The node's GPUs: a fake NVML (tests/nodes/nvml_fake.py, eight GPUs unless ``env`` says
         # otherwise) that the agent imports as pynvml.
         fake = str(Path(__file__).resolve().parent / "fake_nvml")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([fake, str(ROOT)]), **(env or {})}
         proc = subprocess.Popen([sys.executable, "-m", "nodes.agent", "--url", f"ws://127.0.0.1:{daphne}/ws/agent/",
-                                 "--token-file", str(token_file), "--workdir", str(workdir or tmp_path / "agent")],
+                                 "--token-file", str(token_file), "--workdir", str(workdir or tmp_path / "agent"),
+                                 *args],
                                 cwd=ROOT, env=env)
         procs.append(proc)
         return proc

@@ -19,12 +19,13 @@ WRITES = [
     ("post", "/api/v1/vclusters/", {"resource_group": "rg-main", "name": "ml", "reason": "r"}),
     ("patch", "/api/v1/session-types/{st}/", {"priority": 5, "reason": "r"}),
     ("patch", "/api/v1/quotas/physics/", {"max_nodes": 1, "reason": "r"}),
+    ("patch", "/api/v1/memberships/{member}/", {"max_priority": 1, "reason": "r"}),
     ("post", "/api/v1/overrides/pause/", {"resource_group": "rg-main", "reason": "r"}),
     ("post", "/api/v1/overrides/protect/", {"allocation": "{alloc}", "until": "2030-01-01T00:00:00Z",
                                             "reason": "r"}),
 ]
 READS = ["/api/v1/resource-groups/", "/api/v1/vclusters/", "/api/v1/session-types/", "/api/v1/tenants/",
-         "/api/v1/quotas/", "/api/v1/tenants/physics/"]
+         "/api/v1/quotas/", "/api/v1/tenants/physics/", "/api/v1/memberships/"]
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def test_tenants_can_neither_read_nor_change_configuration(api_for, tenant_physi
     for path in READS:
         assert client.get(path).status_code == 403, path
     for method, path, body in WRITES:
-        path = path.format(st=batch.pk)
+        path = path.format(st=batch.pk, member=tenant_physics.memberships.get().pk)
         body = {k: (str(alloc.pk) if v == "{alloc}" else v) for k, v in body.items()}
         assert _call(client, method, path, body).status_code == 403, path
     assert not PolicyChange.objects.exists()

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.models import Allocation, AllocationEvent, PreemptionDecision, Quota
+from scheduling.models import Allocation, AllocationEvent, PreemptionDecision, Quota, TenantShare
 from scheduling.passes.budget import budget_period
 from scheduling.passes.run import schedule_pass
 
@@ -111,3 +111,23 @@ def test_a_wait_is_recorded_again_when_its_score_drifts(api_for, node_gpu_a, res
     records = list(PreemptionDecision.objects.filter(preemptor_id=waiting).order_by("id"))
     assert len(records) == 2 and records[0].code == records[1].code
     assert records[1].queue_score["terms"]["f2"] > 0.6
+
+
+def test_the_fair_share_term_is_the_tracked_share(api_for, two_nodes, resource_group, tenant_physics,
+                                                  tenant_chemistry, operator):
+    """f3 on a wait's record is the share the group's tracking stores (TenantShare), the figure the
+    shares endpoint shows; a class_cost group keeps shares but never starves."""
+    alice = api_for("alice")
+    small = dict(JOB, per_node={"gpu": 2})
+    assert alice.post("/api/v1/allocations/", small, content_type="application/json").status_code == 201
+    schedule_pass(resource_group.pk)
+    wide = alice.post("/api/v1/allocations/", dict(JOB, nodes=2), content_type="application/json").json()["id"]
+    schedule_pass(resource_group.pk)  # 2 of 16 GPUs run: the two whole nodes cannot be had
+    row = TenantShare.objects.get(tenant=tenant_physics, resource_group=resource_group)
+    assert row.share == pytest.approx(2 / 16) and row.fair_share == 0.5 and row.below_since is None
+    record = PreemptionDecision.objects.filter(preemptor_id=wide).latest("id")
+    assert record.result == "wait"
+    assert record.queue_score["terms"]["f3"] == pytest.approx((0.5 - 2 / 16) / 0.5, abs=1e-6)  # 0.75
+    shown = {r["tenant"]: r for r in api_for("op").get(
+        f"/api/v1/resource-groups/{resource_group.name}/shares/").json()["shares"]}
+    assert shown["physics"]["share"] == pytest.approx(0.125) and shown["physics"]["status"] == "normal"

@@ -81,3 +81,25 @@ def test_priority_policy_is_edited_and_validated_by_field(resource_group, vclust
     created = submitted(client_for("alice"), per_node={"gpu": 1})
     assert Allocation.objects.get(pk=created).priority == 7
     assert submit(client_for("alice"), per_node={"gpu": 1}, priority=7).status_code == 201  # the default itself
+
+
+def test_a_members_priority_policy_is_edited_over_the_api_and_audited(resource_group, vcluster_hpc, tenant_physics,
+                                                                       operator):
+    nodes(resource_group, vcluster_hpc, 1)
+    op = client_for("op")
+    member = op.get("/api/v1/memberships/?tenant=physics").json()["results"]
+    assert [(m["user"], m["max_priority"]) for m in member] == [("alice", None)]
+    url = f"/api/v1/memberships/{member[0]['id']}/"
+    bad = op.patch(url, {"min_priority": 30, "max_priority": 20, "reason": "try"}, content_type="application/json")
+    assert bad.status_code == 400 and "min_priority" in bad.json()
+    assert op.patch(url, {"max_priority": 101, "reason": "try"}, content_type="application/json").status_code == 400
+    assert op.patch(url, {"max_priority": 20}, content_type="application/json").status_code == 400  # no reason
+    ok = op.patch(url, {"max_priority": 20, "reason": "alice's own cap"}, content_type="application/json")
+    assert ok.status_code == 200 and ok.json()["max_priority"] == 20
+    entry = op.get("/api/v1/audit/?target_type=scheduling.membership").json()["results"][0]
+    assert {"field": "max_priority", "before": None, "after": 20} in entry["changes"]
+    assert entry["reason"] == "alice's own cap"
+    alice = client_for("alice")
+    assert "0..20" in submit(alice, per_node={"gpu": 1}, priority=30).json()["priority"][0]
+    assert submit(alice, per_node={"gpu": 1}, priority=20).status_code == 201
+    assert alice.get(url).status_code == 403
