@@ -12,7 +12,10 @@ from scheduling.admin import AuditedAdmin
 @admin.register(Node)
 class NodeAdmin(AuditedAdmin):
     list_display = ["name", "resource_group", "vcluster", "borrowed_by", "state", "gpu", "cpu",
-                    "memory", "last_heartbeat_at"]
+                    "memory", "last_heartbeat_at", "health_reason"]
+    # What the agent reports is not edited here; the GPU health thresholds are (audited).
+    readonly_fields = ["last_heartbeat_at", "last_seq", "agent_version", "gpu_healthy", "devices_reported_at",
+                       "device_mismatch", "cgroups", "cgroups_note", "gpu_health", "health_reason"]
     list_filter = ["resource_group", "state", "vcluster", "borrowed_by"]
     search_fields = ["name"]
     list_select_related = ["resource_group", "vcluster", "borrowed_by"]
