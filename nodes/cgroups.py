@@ -82,10 +82,24 @@ class Limiter:
         path = own_cgroup(mount, self_cgroup) if not root else (Path(root) if os.path.isabs(root) else mount / root)
         if path != mount and mount not in path.parents:
             raise Unavailable(f"{path} is not under the cgroup v2 mount {mount}")
+        if path == mount and not root:
+            raise Unavailable("the agent runs in the root cgroup: give it a delegated one (systemd Delegate=yes) "
+                              "or name one with --cgroup-root")
+        created = not path.exists()
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise Unavailable(f"cannot create {path}: {exc.strerror}") from None
+        try:
+            return cls._ready(path, mount)
+        except Unavailable:
+            if created:  # leave nothing behind where it cannot be used
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+            raise
+
+    @classmethod
+    def _ready(cls, path: Path, mount: Path) -> Limiter:
         missing = set(CONTROLLERS) - set(_read(path / "cgroup.controllers").split())
         if missing and path != mount:  # a subtree of our own making: ask the parent to pass them down
             with contextlib.suppress(Unavailable):
