@@ -42,7 +42,7 @@ def judge(node: Node, gpus: list[dict[str, Any]]) -> str:
         i = gpu["index"]
         temperature = gpu.get("temperature_c")
         if temperature is not None and temperature > node.gpu_max_temperature_c:
-            reasons.append(f"GPU {i} at {temperature} C (limit {node.gpu_max_temperature_c})")
+            reasons.append(f"GPU {i} above {node.gpu_max_temperature_c} C")  # not its degrees: they move
         ecc = gpu.get("ecc_uncorrectable", 0)
         if ecc > node.gpu_max_ecc_uncorrectable:
             reasons.append(f"GPU {i}: {ecc} uncorrectable ECC error(s) (limit {node.gpu_max_ecc_uncorrectable})")
