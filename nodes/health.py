@@ -152,6 +152,15 @@ def node_health_thresholds(*, node: Node, actor: Any, reason: str, **values: Any
     return fresh
 
 
+def node_health_judge(*, node: Node, actor: Any, why: str) -> Node:
+    """Judge the node's stored health again (its thresholds were edited elsewhere: the admin)."""
+    with transaction.atomic():
+        fresh = Node.objects.select_for_update().get(pk=node.pk)
+        _apply(fresh, judge(fresh, fresh.gpu_health), actor=actor, why=why)
+        fresh.save(update_fields=["health_reason", "state"])
+    return fresh
+
+
 def node_clear_xids(*, node: Node, actor: Any, reason: str) -> Node:
     """Forget the Xid events the node was told of (the operator has dealt with them), audited."""
     with transaction.atomic():

@@ -187,3 +187,22 @@ def test_a_real_agent_reports_an_ecc_error_and_the_job_on_that_gpu_checkpoints(
     node = Node.objects.get(pk=node_gpu_a.pk)
     assert node.state == "degraded" and f"GPU {index}: 1 uncorrectable ECC error(s)" in node.health_reason
     assert not NodeDevice.objects.get(node=node, index=index).healthy
+
+
+@pytest.mark.django_db
+def test_thresholds_edited_in_the_admin_are_audited_and_judged_at_once(reporting, client, django_user_model):
+    node = _health(reporting, g4={"temperature_c": 93})
+    assert node.state == "degraded"
+    client.force_login(django_user_model.objects.create_superuser("root", password="pw-root-123"))
+    form = {"name": "gpu-a", "resource_group": node.resource_group_id, "vcluster": node.vcluster_id,
+            "gpu": 8, "cpu": 64, "memory": 512, "labels": "{}", "state": node.state,
+            "gpu_max_temperature_c": 95, "gpu_max_ecc_uncorrectable": 0, "gpu_retired_pending_degrades": "on",
+            "gpu_xids": "48,79", "change_reason": "this rack runs hot"}
+    done = client.post(f"/admin/nodes/node/{node.pk}/change/", form)
+    assert done.status_code == 302, done.content.decode()[:2000]
+    node = Node.objects.get(pk=node.pk)
+    assert (node.gpu_max_temperature_c, node.gpu_xids, node.state, node.health_reason) == (95, "48,79", "ready", "")
+    assert list(PolicyChange.objects.filter(reason="this rack runs hot").order_by("id").values_list("action", flat=True)) == [
+        "edit", "gpu_health"]
+    bad = client.post(f"/admin/nodes/node/{node.pk}/change/", {**form, "gpu_xids": "48 and 79"})
+    assert bad.status_code == 200 and Node.objects.get(pk=node.pk).gpu_xids == "48,79"
