@@ -24,6 +24,7 @@ from pathlib import Path
 
 log = logging.getLogger("lattice.agent")
 CONTROLLERS = ("memory", "cpu")
+LEAF = "agent"  # the child the agent itself lives in, beside the allocations' children
 PERIOD_US = 100_000
 MOUNTS = Path("/proc/self/mounts")
 SELF_CGROUP = Path("/proc/self/cgroup")
@@ -80,6 +81,8 @@ class Limiter:
         agent's own cgroup), ready to make children; raises Unavailable saying why not."""
         mount = cgroup2_mount(mounts)
         path = own_cgroup(mount, self_cgroup) if not root else (Path(root) if os.path.isabs(root) else mount / root)
+        if not root and path.name == LEAF and path.parent != mount:
+            path = path.parent  # already in its leaf: moved there earlier, or by systemd's DelegateSubgroup=agent
         if path != mount and mount not in path.parents:
             raise Unavailable(f"{path} is not under the cgroup v2 mount {mount}")
         if path == mount and not root:
@@ -113,8 +116,8 @@ class Limiter:
         if procs and path != mount:  # processes may not stay in a cgroup whose children are limited
             if procs != [str(os.getpid())]:
                 raise Unavailable(f"{path} holds other processes than the agent ({len(procs)}); give it its own")
-            (path / "agent").mkdir(exist_ok=True)
-            _write(path / "agent" / "cgroup.procs", str(os.getpid()))
+            (path / LEAF).mkdir(exist_ok=True)
+            _write(path / LEAF / "cgroup.procs", str(os.getpid()))
         _write(path / "cgroup.subtree_control", " ".join(f"+{c}" for c in CONTROLLERS))
         return cls(path)
 

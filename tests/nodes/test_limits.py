@@ -35,7 +35,8 @@ def _fake_mount(tmp_path: Path, controllers: str = "cpuset cpu io memory pids", 
     """A directory laid out as a cgroup v2 mount, with /proc's mounts and self/cgroup pointing at it."""
     mount = tmp_path / "cgroup"
     (mount / own.lstrip("/")).mkdir(parents=True)
-    for path in (mount, mount / own.lstrip("/")):
+    parts = [p for p in own.split("/") if p]
+    for path in [mount, *(mount.joinpath(*parts[:n]) for n in range(1, len(parts) + 1))]:
         (path / "cgroup.controllers").write_text(controllers + "\n")
         (path / "cgroup.subtree_control").write_text("")
         (path / "cgroup.procs").write_text("")
@@ -63,6 +64,11 @@ def test_a_delegated_subtree_gets_its_controllers_and_each_allocation_its_limits
     launch = prepare({"command": ["true"], "env": {}}, "42", tmp_path / "ck", tmp_path, tmp_path / "x", cgroup=child)
     options = launch.argv[3:launch.argv.index("--")]
     assert _options(options) == {"cgroup": str(child)}
+
+
+def test_an_agent_already_in_its_leaf_limits_beside_it(tmp_path):
+    mount, mounts, self_cgroup = _fake_mount(tmp_path, own="/svc/agent")  # systemd's DelegateSubgroup=agent
+    assert cgroups.Limiter.probe(None, mounts=mounts, self_cgroup=self_cgroup).root == mount / "svc"
 
 
 @pytest.mark.parametrize(("controllers", "own", "words"), [
