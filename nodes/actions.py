@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from nodes.health import node_gpu_health
 from nodes.heartbeats import persist
 from nodes.inventory import node_devices_report
 from nodes.late_exits import allocation_late_exit, lost_at_hello, lost_node_down
@@ -121,9 +122,11 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
         fresh.agent_version = frame.agent_version[:32]
         fresh.last_heartbeat_at = moment
         if fresh.state in (NodeState.UNKNOWN, NodeState.DEGRADED, NodeState.DOWN):
-            fresh.state = NodeState.READY
+            # Back from silence; a node its GPUs' health degraded stays so (nodes/health.py).
+            fresh.state = NodeState.DEGRADED if fresh.health_reason else NodeState.READY
         fresh.save(update_fields=["agent_version", "last_heartbeat_at", "state"])
-        node_devices_report(node=fresh, devices=frame.devices, cgroups=frame.cgroups, now=moment)
+        node_devices_report(node=fresh, devices=frame.devices, cgroups=frame.cgroups, now=moment,
+                            cgroups_note=frame.cgroups_note)
         placed = {str(p.allocation_id): p for p in Placement.objects.filter(
             node=node, kind="assigned", allocation__state__in=HOLDING).select_related("allocation__tenant")}
         for alloc_id in sorted(reported - set(placed)):
@@ -141,7 +144,7 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
                 last_contact is None or (alloc.started_at is not None and alloc.started_at >= last_contact))
             if never_sent:
                 reply.frames.append(encode(start_frame(alloc, node.name, devices=bound_devices(p.pk),
-                                                       run_as=run_as_of(alloc.tenant))))
+                                                       run_as=run_as_of(alloc))))
             else:
                 _lost_at_hello(node, alloc, moment)
     return reply
@@ -167,9 +170,11 @@ def _lost_at_hello(node: Node, alloc: Allocation, now: datetime) -> None:
 
 
 def node_heartbeat(*, node: Node, frame: Heartbeat, now: datetime | None = None) -> None:
-    """One heartbeat, through the same batch writer the consumer uses."""
+    """One heartbeat, through the same batch writer the consumer uses, then its GPUs' health."""
     if not persist([(node.pk, frame.seq)], now or timezone.now())[0]:
         raise FrameRefused("STALE_SEQUENCE", f"seq {frame.seq} is not greater than the last accepted one")
+    if frame.gpus is not None:
+        node_gpu_health(node=node, gpus=frame.gpus, now=now)
 
 
 def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) -> bool:

@@ -5,6 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from nodes.health import THRESHOLDS, node_health_judge
 from nodes.models import AgentToken, Node
 from scheduling.admin import AuditedAdmin
 
@@ -12,7 +13,15 @@ from scheduling.admin import AuditedAdmin
 @admin.register(Node)
 class NodeAdmin(AuditedAdmin):
     list_display = ["name", "resource_group", "vcluster", "borrowed_by", "state", "gpu", "cpu",
-                    "memory", "last_heartbeat_at"]
+                    "memory", "last_heartbeat_at", "health_reason"]
+    # What the agent reports is not edited here; the GPU health thresholds are (audited).
+    readonly_fields = ["last_heartbeat_at", "last_seq", "agent_version", "gpu_healthy", "devices_reported_at",
+                       "device_mismatch", "cgroups", "cgroups_note", "gpu_health", "health_reason"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if change and set(form.changed_data) & set(THRESHOLDS):  # judged again under the new thresholds
+            node_health_judge(node=obj, actor=request.user, why=form.cleaned_data.get("change_reason", ""))
     list_filter = ["resource_group", "state", "vcluster", "borrowed_by"]
     search_fields = ["name"]
     list_select_related = ["resource_group", "vcluster", "borrowed_by"]

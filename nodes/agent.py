@@ -34,10 +34,10 @@ from typing import Any
 
 import websockets
 
-from nodes import devices, runas
-from nodes.checkpoint_files import CheckpointFiles, done_location, size_of
-from nodes.processes import EXIT_FILE, Running, alive, recorded_exit_code
-from nodes.protocol import CheckpointDone, Exited, Heartbeat, Hello, Report, Started, encode, new_id
+from nodes import cgroups, devices
+from nodes.agent_work import Work
+from nodes.processes import Running
+from nodes.protocol import Heartbeat, Hello, Report, encode, new_id
 from scheduling.version import version
 
 log = logging.getLogger("lattice.agent")
@@ -48,13 +48,18 @@ CLOSE_REVOKED, CLOSE_REPLACED = 4401, 4409
 EXIT_REVOKED = 3
 
 
-class Agent:
+class Agent(Work):
     devices: list[dict[str, Any]] | None = None  # the node's GPUs, reported in every hello
     nvml: Any = None  # an initialised pynvml-like module (tests inject a fake); None: nodes/devices.py finds one
+    xid_set: Any = None  # NVML's event set for Xids (False: NVML cannot deliver them)
 
     def __init__(self, url: str, token: str, workdir: Path, simulate: bool = False,
-                 sim_seconds: float = 3600.0, retry_revoked: bool = False) -> None:
+                 sim_seconds: float = 3600.0, retry_revoked: bool = False, cgroup_root: str | None = None) -> None:
         self.url = url
+        # Per-allocation limits (nodes/cgroups.py): probed at the first hello; the note says why not.
+        self.cgroup_root = cgroup_root
+        self.limiter: cgroups.Limiter | None = None
+        self.cgroups_note: str | None = None
         self.retry_revoked = retry_revoked
         self.welcomed = False  # this connection was welcomed: the control plane took the hello
         self.token = token
@@ -68,39 +73,6 @@ class Agent:
         self.ws: Any = None
         self.stopping = asyncio.Event()
         self.state_file = workdir / "agent-state.json"
-
-    # -- surviving our own restart ------------------------------------------------------------
-    def _save(self) -> None:
-        data = {a: {"pid": r.pid, "checkpoint_dir": str(r.checkpoint_dir)} for a, r in self.running.items()}
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(self.state_file)
-
-    async def adopt(self) -> None:
-        """Take back the processes a previous run of this agent started; report those that ended."""
-        try:
-            data = json.loads(self.state_file.read_text())
-        except (OSError, ValueError):
-            return
-        for alloc, info in data.items():
-            entry = Running(alloc, pid=int(info["pid"]), checkpoint_dir=Path(info["checkpoint_dir"]))
-            if self.simulate or not alive(entry.pid):
-                code = recorded_exit_code(entry.checkpoint_dir)
-                await self.report(Exited(id=new_id(), allocation=alloc, exit_code=code,
-                                         reason="completed" if code == 0 else "failed"))
-                continue
-            self.running[alloc] = entry
-            entry.task = asyncio.get_running_loop().create_task(self._watch_adopted(entry))
-        self._save()
-
-    async def _watch_adopted(self, entry: Running) -> None:
-        while alive(entry.pid):
-            await asyncio.sleep(0.5)
-        self.running.pop(entry.allocation, None)
-        self._save()
-        code = recorded_exit_code(entry.checkpoint_dir)
-        reason = entry.signalled or ("completed" if code == 0 else "failed")
-        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=code, reason=reason))
 
     # -- connection ----------------------------------------------------------------------
     async def run(self) -> int:
@@ -165,18 +137,51 @@ class Agent:
         # Discovered once (nodes/devices.py). A simulated agent reports what it is given, or nothing:
         # its node's devices are then unknown and its registered capacity stands.
         if self.devices is None and not self.simulate:
+            if self.nvml is None:
+                self.nvml = devices.load_nvml()
             self.devices = devices.discover(self.nvml)
+        self._probe_limits()
         return encode(Hello(id=new_id(), agent_version=VERSION, capacity={}, labels={},
                             running=[{"allocation": r.allocation, "phase": r.phase, "pid": r.pid}
                                      for r in self.running.values()],
-                            devices=self.devices, cgroups=False))  # no per-allocation limits yet
+                            devices=self.devices, cgroups=self.limiter is not None,
+                            cgroups_note=self.cgroups_note or ""))
+
+    def _probe_limits(self) -> None:
+        """Whether each allocation can run in its own limited cgroup; once, at the first hello."""
+        if self.limiter is not None or self.cgroups_note is not None:
+            return
+        if self.simulate:
+            self.cgroups_note = "a simulated agent runs no processes"
+            return
+        try:
+            self.limiter = cgroups.Limiter.probe(self.cgroup_root)
+        except cgroups.Unavailable as exc:
+            self.cgroups_note = str(exc)[:255]
+            log.warning("allocations run without limits: %s", exc)
+        else:
+            log.info("each allocation is limited in its own cgroup under %s", self.limiter.root)
 
     async def _heartbeats(self, ws: Any) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_interval)
             # Milliseconds since the epoch: increasing across restarts of the agent too.
             await self._send_now(encode(Heartbeat(id=new_id(), seq=int(time.time() * 1000),
-                                                  running=sorted(self.running))))
+                                                  running=sorted(self.running), gpus=self._gpu_health())))
+
+    def _gpu_health(self) -> list[dict[str, Any]] | None:
+        """What NVML says of the GPUs now (nodes/devices.py), Xids since the last heartbeat; None
+        without NVML (a simulated agent, nvidia-smi only, a CPU node)."""
+        if self.nvml is None or self.simulate:
+            return None
+        try:
+            if self.xid_set is None:
+                self.xid_set = devices.xid_watch(self.nvml) or False
+            seen = devices.xid_events(self.nvml, self.xid_set) if self.xid_set else {}
+            return devices.health(self.nvml, seen)
+        except Exception as exc:  # an NVML error: this heartbeat goes without health
+            log.warning("GPU health unavailable: %s", exc)
+            return None
 
     async def _reader(self, ws: Any) -> None:
         async for text in ws:
@@ -227,124 +232,6 @@ class Agent:
         if frame is not None and self.latest.get(frame.get("allocation", "")) == frame_id:
             self.latest.pop(frame["allocation"], None)
 
-    # -- running work ----------------------------------------------------------------------
-    async def _start(self, frame: dict[str, Any]) -> None:
-        alloc = str(frame["allocation"])
-        old = self.running.get(alloc)
-        if old is not None and old.signalled and old.task is not None:
-            # A new run of an allocation whose earlier run is still being stopped (it was
-            # checkpointed and requeued, then placed here again): start it once that one is gone.
-            asyncio.get_running_loop().create_task(self._start_after(old.task, frame))
-            return
-        if old is not None:
-            return  # a repeated start (after a reconnect): it already runs
-        ckpt = self.workdir / frame.get("checkpoint_dir", f"checkpoints/{alloc}")
-        try:  # who it runs as, where, seeing what (nodes/runas.py); refused before anything is made
-            launch = runas.prepare(frame, alloc, ckpt, self.workdir, ckpt / EXIT_FILE)
-        except runas.Refused as exc:
-            log.warning("not starting %s: %s", alloc, exc)
-            await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason=exc.reason))
-            return
-        entry = Running(alloc, checkpoint_dir=ckpt)
-        self.running[alloc] = entry
-        if self.simulate:
-            entry.task = asyncio.get_running_loop().create_task(self._simulated(entry))
-            await self.report(Started(id=new_id(), allocation=alloc, pid=0))
-            return
-        (ckpt / EXIT_FILE).unlink(missing_ok=True)
-        try:
-            proc = await asyncio.create_subprocess_exec(*launch.argv, env=launch.env, cwd=launch.cwd,
-                                                        start_new_session=True)
-        except OSError as exc:
-            self.running.pop(alloc, None)
-            await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason="failed"))
-            log.warning("cannot start %s: %s", alloc, exc)
-            return
-        entry.pid = proc.pid
-        entry.task = asyncio.get_running_loop().create_task(self._watch(entry, proc))
-        self._save()
-        await self.report(Started(id=new_id(), allocation=alloc, pid=proc.pid))
-
-    async def _start_after(self, previous: asyncio.Task[Any], frame: dict[str, Any]) -> None:
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(previous)
-        await self._start(frame)
-
-    async def _watch(self, entry: Running, proc: asyncio.subprocess.Process) -> None:
-        await proc.wait()
-        if self.running.get(entry.allocation) is entry:
-            self.running.pop(entry.allocation)
-        self._save()
-        code = recorded_exit_code(entry.checkpoint_dir)
-        if code is None:
-            code = proc.returncode
-        reason = entry.signalled or ("completed" if code == 0 else "failed")
-        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=code, reason=reason))
-
-    async def _simulated(self, entry: Running) -> None:
-        try:
-            await asyncio.sleep(self.sim_seconds)
-        except asyncio.CancelledError:
-            return
-        self.running.pop(entry.allocation, None)
-        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=0, reason="completed"))
-
-    async def _checkpoint(self, alloc: str) -> None:
-        entry = self.running.get(alloc)
-        if entry is None or entry.phase == "checkpointing":
-            # A repeated hint (re-sent at hello) while this run already checkpoints: one watcher,
-            # or a second one would clear what the application wrote and report it twice.
-            return
-        entry.phase = "checkpointing"
-        done, failed = entry.checkpoint_dir / "DONE", entry.checkpoint_dir / "FAILED"
-        files = CheckpointFiles(entry.checkpoint_dir)
-        files.clear()  # DONE, FAILED, PROGRESS, DEFER of an earlier checkpoint
-        if self.simulate:
-            await asyncio.sleep(1.0)
-            done.write_text("simulated")
-        else:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(entry.pid, signal.SIGUSR1)
-        while alloc in self.running and not (done.exists() or failed.exists()):
-            await self._relay(alloc, files)
-            await asyncio.sleep(0.2)
-        await self._relay(alloc, files)  # what was written just before DONE goes first
-        if done.exists():
-            location = done_location(entry.checkpoint_dir)
-            size = size_of(location)
-            await self.report(CheckpointDone(id=new_id(), allocation=alloc, ok=True, location=location,
-                                             size_bytes=size or 0))
-        elif failed.exists():
-            await self.report(CheckpointDone(id=new_id(), allocation=alloc, ok=False,
-                                             location=str(entry.checkpoint_dir), error=failed.read_text()[:500]))
-
-    async def _relay(self, alloc: str, files: CheckpointFiles) -> None:
-        """The application's PROGRESS and DEFER files, each change reported once."""
-        for frame in files.poll(alloc):
-            await self.report(frame)
-
-    async def _kill_after(self, alloc: str, grace: float) -> None:
-        entry = self.running.get(alloc)
-        await asyncio.sleep(grace)
-        if entry is not None and self.running.get(alloc) is entry:
-            self._signal(alloc, signal.SIGKILL, "killed")
-
-    def _signal(self, alloc: str, sig: signal.Signals, reason: str) -> bool:
-        entry = self.running.get(alloc)
-        if entry is None:
-            return False
-        entry.signalled = reason
-        if self.simulate:
-            if entry.task is not None:
-                entry.task.cancel()
-            self.running.pop(alloc, None)
-            asyncio.get_running_loop().create_task(self.report(
-                Exited(id=new_id(), allocation=alloc, exit_code=-int(sig), reason=reason)))
-            return False
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(entry.pid, sig)
-        return True
-
     def stop(self) -> None:  # the processes keep running: a restarted agent adopts them
         self.stopping.set()
         if self.ws is not None:
@@ -362,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-revoked", action="store_true",
                         help=f"on a revoked token, keep trying every {LONG_BACKOFF_S:.0f} s or so instead of "
                              f"exiting {EXIT_REVOKED}")
+    parser.add_argument("--cgroup-root", default=os.environ.get("LATTICE_CGROUP_ROOT") or None,
+                        help="the delegated cgroup v2 each allocation gets a limited child of (absolute, or "
+                             "relative to the cgroup v2 mount); default LATTICE_CGROUP_ROOT, else the agent's own")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -375,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    return asyncio.run(_serve(Agent(args.url, token, workdir, args.simulate, args.sim_seconds, args.retry_revoked)))
+    return asyncio.run(_serve(Agent(args.url, token, workdir, args.simulate, args.sim_seconds, args.retry_revoked,
+                                      args.cgroup_root)))
 
 
 async def _serve(agent: Agent) -> int:

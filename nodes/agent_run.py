@@ -1,16 +1,19 @@
 """Launcher the agent runs each allocation under:
-``python -m nodes.agent_run EXIT_FILE [--uid U --gid G --groups G1,G2] -- CMD...``.
+``python -m nodes.agent_run EXIT_FILE [--uid U --gid G --groups G1,G2] [--cgroup DIR] -- CMD...``.
 
 It shares the allocation's process group, ignores the checkpoint hint and the
 terminate signal itself (the application gets them), and writes the command's
 exit code to EXIT_FILE, so an agent restarted mid-run can adopt the process and
 still learn how it ended. With ``--uid``, the command runs as that user: the group, the
 supplementary groups and the user are set in the child just before it executes the command
-(nodes/runas.py), so the launcher itself can still write EXIT_FILE.
+(nodes/runas.py), so the launcher itself can still write EXIT_FILE. With ``--cgroup``, the launcher
+first moves itself into that cgroup (the allocation's, nodes/cgroups.py), so the command and all it
+starts are limited from their first instruction.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -23,15 +26,17 @@ def _defaults() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _identity(options: list[str]) -> dict[str, Any] | None:
-    """Popen's user=, group=, extra_groups= from ``--uid U --gid G --groups A,B`` (None: bad)."""
+def _options(options: list[str]) -> dict[str, Any] | None:
+    """Popen's user=, group=, extra_groups= from ``--uid U --gid G --groups A,B``, and ``cgroup``
+    from ``--cgroup DIR`` (None: bad options)."""
     pairs = dict(zip(options[::2], options[1::2], strict=False))
-    if len(options) % 2 or set(pairs) - {"--uid", "--gid", "--groups"}:
+    if len(options) % 2 or set(pairs) - {"--uid", "--gid", "--groups", "--cgroup"}:
         return None
+    found: dict[str, Any] = {"cgroup": pairs.pop("--cgroup")} if "--cgroup" in pairs else {}
     if not pairs:
-        return {}
+        return found
     try:
-        return {"user": int(pairs["--uid"]), "group": int(pairs["--gid"]),
+        return {**found, "user": int(pairs["--uid"]), "group": int(pairs["--gid"]),
                 "extra_groups": [int(g) for g in pairs.get("--groups", "").split(",") if g]}
     except (KeyError, ValueError):
         return None
@@ -39,11 +44,20 @@ def _identity(options: list[str]) -> dict[str, Any] | None:
 
 def main() -> int:
     cut = sys.argv.index("--") if "--" in sys.argv else -1
-    who = _identity(sys.argv[2:cut]) if cut >= 2 else None
+    who = _options(sys.argv[2:cut]) if cut >= 2 else None
     if who is None or len(sys.argv) <= cut + 1:
-        sys.stderr.write("usage: python -m nodes.agent_run EXIT_FILE [--uid U --gid G --groups A,B] -- CMD...\n")
+        sys.stderr.write("usage: python -m nodes.agent_run EXIT_FILE [--uid U --gid G --groups A,B] [--cgroup DIR] "
+                         "-- CMD...\n")
         return 2
     exit_file = Path(sys.argv[1])
+    cgroup = who.pop("cgroup", None)
+    if cgroup is not None:
+        try:
+            Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))
+        except OSError as exc:  # not run unlimited when it was to be limited
+            exit_file.write_text("125")
+            sys.stderr.write(f"cannot enter the cgroup {cgroup}: {exc}\n")
+            return 125
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:

@@ -1,4 +1,5 @@
-"""Operators' node endpoints: list, drain, undrain, issue an agent token (shown once)."""
+"""Operators' node endpoints: list, drain, undrain, issue an agent token (shown once), GPU health
+thresholds and clearing the Xid events a node was told of (nodes/health.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from nodes import actions
-from nodes.models import Node
+from nodes import actions, health
+from nodes.models import XID_LIST, Node
 from scheduling.api.pagination import ByName
 from scheduling.api.serializers import ReasonInput, RefuseUnknown
 from scheduling.permissions import IsOperator
@@ -29,8 +30,19 @@ class NodeOutput(serializers.ModelSerializer):
     class Meta:
         model = Node
         fields = ["id", "name", "resource_group", "vcluster", "borrowed_by", "state", "gpu", "cpu", "memory",
-                  "labels", "last_heartbeat_at", "agent_version"]
+                  "labels", "last_heartbeat_at", "agent_version", "cgroups", "cgroups_note", "gpu_health",
+                  "health_reason", *health.THRESHOLDS]
         read_only_fields = fields
+
+
+class ThresholdsInput(RefuseUnknown, serializers.Serializer):
+    """Any of the node's GPU health thresholds, with why."""
+
+    reason = serializers.CharField(max_length=2000)
+    gpu_max_temperature_c = serializers.IntegerField(min_value=0, max_value=200, required=False)
+    gpu_max_ecc_uncorrectable = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+    gpu_retired_pending_degrades = serializers.BooleanField(required=False)
+    gpu_xids = serializers.CharField(max_length=255, allow_blank=True, required=False, validators=[XID_LIST])
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
@@ -55,6 +67,24 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def undrain(self, request: Request, name: str | None = None) -> Response:
         node = actions.node_undrain(node=self.get_object(), actor=request.user, reason=self._reason(request))
+        return Response(NodeOutput(node).data)
+
+    @extend_schema(request=ThresholdsInput, responses={200: NodeOutput})
+    @action(detail=True, methods=["post"], url_path="gpu-thresholds")
+    def gpu_thresholds(self, request: Request, name: str | None = None) -> Response:
+        """Set the node's GPU health thresholds (audited); its stored health is judged again at once."""
+        data = ThresholdsInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        node = health.node_health_thresholds(node=self.get_object(), actor=request.user, reason=values.pop("reason"),
+                                             **values)
+        return Response(NodeOutput(node).data)
+
+    @extend_schema(request=ReasonInput, responses={200: NodeOutput})
+    @action(detail=True, methods=["post"], url_path="clear-xids")
+    def clear_xids(self, request: Request, name: str | None = None) -> Response:
+        """Forget the Xid events the node's agent reported (dealt with), audited."""
+        node = health.node_clear_xids(node=self.get_object(), actor=request.user, reason=self._reason(request))
         return Response(NodeOutput(node).data)
 
     @extend_schema(request=AgentTokenInput, responses={200: inline_serializer("AgentToken", {

@@ -17,7 +17,7 @@ from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from lattice_site.consumers import DirectDispatch
-from nodes import actions
+from nodes import actions, health
 from nodes.heartbeats import batcher
 from nodes.models import Node
 from nodes.protocol import Ack, BadFrame, Error, Heartbeat, Hello, encode, parse
@@ -28,6 +28,7 @@ CLOSE_REPLACED = 4409
 CLOSE_RATE = 4429
 RATE_LIMIT = 50  # frames per second, sustained for RATE_WINDOW_S seconds
 RATE_WINDOW_S = 5
+HEALTH_REFRESH_S = 60  # GPU health judged at least this often while it is reported
 
 
 def in_pool(fn: Any) -> Any:
@@ -40,6 +41,8 @@ def in_pool(fn: Any) -> Any:
 
 class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
     node: Node | None = None
+    health_key: tuple[Any, ...] | None = None  # the GPU health last judged, and when (_health_changed)
+    health_at = 0.0
 
     async def connect(self) -> None:
         token = _bearer(self.scope)
@@ -73,6 +76,8 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             return
         if isinstance(frame, Heartbeat):  # persisted in batches, acknowledged after their commit
             if await batcher().submit(self.node.pk, frame.seq):
+                if frame.gpus is not None and self._health_changed(frame.gpus):
+                    await in_pool(health.node_gpu_health)(node=self.node, gpus=frame.gpus)
                 await self._send(encode(Ack(id=frame.id)))
             else:
                 await self._send(encode(Error(id=frame.id, code="STALE_SEQUENCE",
@@ -96,6 +101,20 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             return []
         actions.allocation_report(node=self.node, frame=frame)
         return []
+
+    def _health_changed(self, gpus: list[dict[str, Any]]) -> bool:
+        """Whether GPU health is worth judging again (nodes/health.py): a counter, a flag, an Xid or
+        which side of the temperature limit a GPU is on changed, or a minute passed. Temperatures
+        move every heartbeat, so the node's row is not written with each."""
+        assert self.node is not None
+        limit = self.node.gpu_max_temperature_c
+        key = tuple(sorted((g["index"], g.get("temperature_c", 0) > limit, g.get("ecc_uncorrectable", 0),
+                            bool(g.get("retired_pending")), tuple(g.get("xid", ()))) for g in gpus))
+        now = time.monotonic()
+        if key == self.health_key and now - self.health_at < HEALTH_REFRESH_S:
+            return False
+        self.health_key, self.health_at = key, now
+        return True
 
     def _too_fast(self) -> bool:
         now = time.monotonic()

@@ -6,8 +6,9 @@ installed); without it, through ``nvidia-smi --query-gpu=index,uuid,name,memory.
 ``{index, uuid, model, memory_mib, healthy, mig?}``, where ``mig`` lists its MIG instances
 (``{uuid, memory_mib?}``) when MIG mode is on. Health (NVML only) is per device
 ``{index, temperature_c?, ecc_uncorrectable?, retired_pending?}``: the volatile uncorrectable ECC
-count and whether retired pages wait for a reset. A device with an uncorrectable ECC error or
-pages pending retirement is reported unhealthy.
+count and whether retired pages wait for a reset, and ``xid``, the critical Xid events NVML
+delivered since the previous heartbeat (where it can: ``xid_watch``). A device with an
+uncorrectable ECC error or pages pending retirement is reported unhealthy.
 
 Imports nothing of Django: it runs on compute nodes.
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 log = logging.getLogger("lattice.agent")
 SMI_QUERY = ["--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader,nounits"]
+MAX_XIDS = 16  # nodes/protocol.py
 
 
 def load_nvml() -> Any | None:
@@ -150,9 +152,45 @@ def _healthy(health: dict[str, Any]) -> bool:
     return not (health.get("ecc_uncorrectable", 0) > 0 or health.get("retired_pending", False))
 
 
-def health(nvml: Any) -> list[dict[str, Any]]:
-    """Every device's health, for a heartbeat."""
-    return [_health_of(nvml, nvml.nvmlDeviceGetHandleByIndex(i), i) for i in range(nvml.nvmlDeviceGetCount())]
+def health(nvml: Any, xids: dict[int, list[int]] | None = None) -> list[dict[str, Any]]:
+    """Every device's health, for a heartbeat, with the Xid events seen since the last one."""
+    found = [_health_of(nvml, nvml.nvmlDeviceGetHandleByIndex(i), i) for i in range(nvml.nvmlDeviceGetCount())]
+    seen = xids or {}
+    for entry in found:
+        if seen.get(entry["index"]):
+            entry["xid"] = list(dict.fromkeys(seen[entry["index"]]))[:MAX_XIDS]
+    return found
+
+
+def xid_watch(nvml: Any) -> Any | None:
+    """An NVML event set receiving every device's critical Xid events (None where NVML cannot:
+    Xids are then not reported)."""
+    try:
+        events = nvml.nvmlEventSetCreate()
+        for i in range(nvml.nvmlDeviceGetCount()):
+            nvml.nvmlDeviceRegisterEvents(nvml.nvmlDeviceGetHandleByIndex(i), nvml.nvmlEventTypeXidCriticalError,
+                                          events)
+    except Exception as exc:  # not supported (some GPUs, containers without the capability)
+        log.info("Xid events cannot be read: %s", exc)
+        return None
+    return events
+
+
+def xid_events(nvml: Any, events: Any) -> dict[int, list[int]]:
+    """The Xid events waiting in ``events``, per device index (without waiting for more)."""
+    wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
+    found: dict[int, list[int]] = {}
+    for _ in range(64):
+        try:
+            data = wait(events, 0)
+        except Exception:  # NVMLError_Timeout: nothing more waiting
+            break
+        try:
+            index = int(nvml.nvmlDeviceGetIndex(data.device))
+        except Exception:
+            continue
+        found.setdefault(index, []).append(int(data.eventData))
+    return found
 
 
 def visible_env(devices: list[dict[str, Any]]) -> dict[str, str]:

@@ -4,7 +4,8 @@ Each process writes heartbeats as a group commit: in one transaction (on
 PostgreSQL one statement) it locks the nodes' rows, accepts each heartbeat whose
 seq is greater than the last accepted (in arrival order, so a repeat or an older
 seq is STALE_SEQUENCE), and writes them all at once. Every frame is acknowledged
-only after that commit.
+only after that commit. A node Degraded by its GPUs' health (nodes/health.py) stays Degraded:
+only silence is undone by a heartbeat.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def persist(batch: list[tuple[int, int]], now: datetime) -> list[bool]:
         changed = {node_id: last[node_id] for (node_id, _), ok in zip(batch, accepted, strict=True) if ok}
         for node_id, seq in changed.items():
             Node.objects.filter(pk=node_id).update(last_seq=seq, last_heartbeat_at=now)
-        Node.objects.filter(pk__in=list(changed), state__in=[NodeState.DEGRADED, NodeState.UNKNOWN]).update(
-            state=NodeState.READY)
+        Node.objects.filter(pk__in=list(changed), state__in=[NodeState.DEGRADED, NodeState.UNKNOWN],
+                            health_reason="").update(state=NodeState.READY)
     return accepted
 
 
@@ -71,7 +72,8 @@ def _write_postgresql(batch: list[tuple[int, int]], now: datetime) -> dict[int, 
             f"old AS (SELECT n.id, n.last_seq FROM {table} n WHERE n.id IN (SELECT v.id FROM v) "
             f"ORDER BY n.id FOR UPDATE), "
             f"written AS (UPDATE {table} AS n SET last_seq = v.seq, last_heartbeat_at = %s, "
-            f"state = CASE WHEN n.state IN ('degraded', 'unknown') THEN 'ready' ELSE n.state END "
+            f"state = CASE WHEN n.state IN ('degraded', 'unknown') AND n.health_reason = '' THEN 'ready' "
+            f"ELSE n.state END "
             f"FROM v JOIN old ON old.id = v.id "
             f"WHERE n.id = old.id AND (old.last_seq IS NULL OR v.seq > old.last_seq) RETURNING n.id) "
             f"SELECT id, last_seq FROM old", [ids, [newest[i] for i in ids], now])

@@ -25,11 +25,11 @@ def mismatch_of(registered: int, devices: list[dict[str, Any]]) -> str:
 
 
 def node_devices_report(*, node: Node, devices: list[dict[str, Any]] | None, cgroups: bool | None,
-                        now: datetime) -> None:
+                        now: datetime, cgroups_note: str = "") -> None:
     """Store what a hello said of the node's GPUs (``node`` locked by the caller, saved here).
     None: an agent that does not report devices; they are unknown and nothing is bound."""
-    fields = ["gpu_healthy", "devices_reported_at", "device_mismatch", "cgroups"]
-    node.cgroups = cgroups
+    fields = ["gpu_healthy", "devices_reported_at", "device_mismatch", "cgroups", "cgroups_note"]
+    node.cgroups, node.cgroups_note = cgroups, cgroups_note[:255]
     if devices is None:
         NodeDevice.objects.filter(node=node).delete()
         node.gpu_healthy, node.devices_reported_at, mismatch = None, None, ""
@@ -42,14 +42,19 @@ def node_devices_report(*, node: Node, devices: list[dict[str, Any]] | None, cgr
         node.gpu_healthy = sum(1 for d in devices if d.get("healthy", True))
         node.devices_reported_at = now
         mismatch = mismatch_of(node.gpu, devices)
-    if mismatch != node.device_mismatch:
+    record_mismatch(node, mismatch)
+    node.save(update_fields=fields)
+
+
+def record_mismatch(node: Node, mismatch: str) -> None:
+    """Set the node's device mismatch (not saved), audited and sent live when it changes."""
+    if mismatch[:255] != node.device_mismatch:
         policy_change_record(actor=None, action="device_mismatch", target=node,
                              before={"device_mismatch": node.device_mismatch},
                              after={"device_mismatch": mismatch},
                              reason=mismatch or "reported GPUs agree with the registered capacity")
         event_on_commit("node.devices", {"node": node.name, "mismatch": mismatch}, None)
     node.device_mismatch = mismatch[:255]
-    node.save(update_fields=fields)
 
 
 def _row(device: dict[str, Any]) -> dict[str, Any]:

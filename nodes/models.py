@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -15,6 +16,13 @@ class NodeState(models.TextChoices):
     DOWN = "down", "Down"
     DRAINING = "draining", "Draining"
     DRAINED = "drained", "Drained"
+
+
+# Xid codes NVIDIA documents as a hardware or driver fault of the GPU (not an application's error):
+# 48 double-bit ECC, 63/64 row remapping, 74 NVLink, 79 fallen off the bus, 92 high single-bit
+# ECC rate, 94/95 contained/uncontained ECC, 119/120 GSP errors.
+DEFAULT_XIDS = "48,63,64,74,79,92,94,95,119,120"
+XID_LIST = RegexValidator(r"^(\d{1,4}(,\d{1,4})*)?$", "Xid codes separated by commas, such as 48,79")
 
 
 class Node(models.Model):
@@ -43,6 +51,21 @@ class Node(models.Model):
                                        help_text="How the reported GPUs differ from the registered capacity.")
     cgroups = models.BooleanField(null=True, blank=True,
                                   help_text="Whether the agent limits each allocation with cgroups; blank: unknown.")
+    cgroups_note = models.CharField(max_length=255, blank=True,
+                                    help_text="Why the agent cannot limit allocations, as it said at hello.")
+    # GPU health from heartbeats (nodes/health.py): the latest per-GPU report, and why the node is
+    # Degraded by it ("" when healthy). Thresholds are the operator's (audited), with defaults.
+    gpu_health = models.JSONField(default=list, blank=True)
+    health_reason = models.CharField(max_length=255, blank=True,
+                                     help_text="Why GPU health made the node Degraded; blank: healthy.")
+    gpu_max_temperature_c = models.PositiveSmallIntegerField(
+        default=90, help_text="A GPU hotter than this (degrees C) makes the node Degraded.")
+    gpu_max_ecc_uncorrectable = models.PositiveIntegerField(
+        default=0, help_text="More volatile uncorrectable ECC errors than this on a GPU make the node Degraded.")
+    gpu_retired_pending_degrades = models.BooleanField(
+        default=True, help_text="Pages waiting for retirement (a reset) make the node Degraded.")
+    gpu_xids = models.CharField(max_length=255, blank=True, default=DEFAULT_XIDS, validators=[XID_LIST],
+                                help_text="Xid events that make the node Degraded (comma-separated codes).")
 
     class Meta:
         ordering = ["name"]

@@ -40,3 +40,4 @@ class Running:
     signalled: str | None = None  # "terminated" or "killed" once we stopped it
     task: asyncio.Task[Any] | None = None
     checkpoint_dir: Path = field(default_factory=Path)
+    cgroup: Path | None = None  # its own limited cgroup (nodes/cgroups.py), where the node has them

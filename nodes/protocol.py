@@ -27,6 +27,7 @@ MAX_START_FRAME_BYTES = MAX_FRAME_BYTES // 2
 # run it (as root without the tenant's leave).
 EXIT_REASONS = ("completed", "failed", "terminated", "killed", "oom", "user_unknown", "refused")
 MAX_DEVICES = 64  # GPUs one hello may list (with their MIG instances)
+MAX_NOTE_CHARS = 255  # Node.cgroups_note
 
 
 class BadFrame(ValueError):
@@ -45,6 +46,7 @@ class Hello:
     # The node's GPUs (nodes/devices.py); None from an agent that does not report them.
     devices: list[dict[str, Any]] | None = None
     cgroups: bool | None = None  # whether the agent can limit each allocation (a delegated cgroup v2)
+    cgroups_note: str = ""  # without limits: why (nodes/cgroups.py), shown on the node page
     type: ClassVar[str] = "hello"
 
 
@@ -109,7 +111,8 @@ Frame = Hello | Heartbeat | Started | Exited | CheckpointProgress | CheckpointDo
 _NUM = (int, float)
 SCHEMA: dict[str, tuple[type, dict[str, tuple[tuple[type, ...], bool]]]] = {
     "hello": (Hello, {"agent_version": ((str,), True), "capacity": ((dict,), True), "labels": ((dict,), True),
-                      "running": ((list,), True), "devices": ((list,), False), "cgroups": ((bool,), False)}),
+                      "running": ((list,), True), "devices": ((list,), False), "cgroups": ((bool,), False),
+                      "cgroups_note": ((str,), False)}),
     "heartbeat": (Heartbeat, {"seq": ((int,), True), "running": ((list,), True), "usage": ((dict,), False),
                               "gpus": ((list,), False)}),
     "started": (Started, {"allocation": ((str,), True), "pid": ((int,), True)}),
@@ -236,6 +239,8 @@ def _check(frame: Frame) -> None:
             if not (isinstance(entry, dict) and is_allocation_id(entry.get("allocation"))
                     and set(entry) <= {"allocation", "phase", "pid"}):
                 raise BadFrame("running entries are {allocation, phase, pid}", frame.id)
+    if isinstance(frame, Hello) and len(frame.cgroups_note) > MAX_NOTE_CHARS:
+        raise BadFrame(f"cgroups_note must be at most {MAX_NOTE_CHARS} characters", frame.id)
     if isinstance(frame, Hello) and frame.devices is not None:
         _check_devices(frame.devices, frame.id)
     if isinstance(frame, Heartbeat) and frame.gpus is not None:
@@ -249,9 +254,12 @@ _DEVICE_KEYS = {"index": (int,), "uuid": (str,), "model": (str,), "memory_mib": 
 _DEVICE_OPTIONAL = {"healthy": (bool,), "mig": (list,)}
 _MIG_KEYS = {"uuid": (str,)}
 _MIG_OPTIONAL = {"profile": (str,), "memory_mib": (int,)}
-# Per-GPU health in a heartbeat: {index, temperature_c?, ecc_uncorrectable?, retired_pending?}.
+# Per-GPU health in a heartbeat: {index, temperature_c?, ecc_uncorrectable?, retired_pending?, xid?},
+# ``xid`` the Xid events seen since the previous heartbeat (at most MAX_XIDS codes).
 _HEALTH_KEYS = {"index": (int,)}
-_HEALTH_OPTIONAL = {"temperature_c": (int,), "ecc_uncorrectable": (int,), "retired_pending": (bool,)}
+_HEALTH_OPTIONAL = {"temperature_c": (int,), "ecc_uncorrectable": (int,), "retired_pending": (bool,),
+                    "xid": (list,)}
+MAX_XIDS = 16
 
 
 def _shaped(entry: object, required: dict[str, tuple[type, ...]], optional: dict[str, tuple[type, ...]]) -> bool:
@@ -283,8 +291,16 @@ def _check_devices(devices: list[Any], frame_id: str) -> None:
 
 
 def _check_health(gpus: list[Any], frame_id: str) -> None:
-    if len(gpus) > MAX_DEVICES or not all(_shaped(g, _HEALTH_KEYS, _HEALTH_OPTIONAL) for g in gpus):
-        raise BadFrame("gpus are {index, temperature_c?, ecc_uncorrectable?, retired_pending?}", frame_id)
+    if len(gpus) > MAX_DEVICES or not all(_shaped(g, _HEALTH_KEYS, _HEALTH_OPTIONAL) and _xids(g.get("xid", []))
+                                          for g in gpus):
+        raise BadFrame("gpus are {index, temperature_c?, ecc_uncorrectable?, retired_pending?, xid?}", frame_id)
+    if len({g["index"] for g in gpus}) != len(gpus):
+        raise BadFrame("gpu indices must be distinct", frame_id)
+
+
+def _xids(codes: list[Any]) -> bool:
+    return len(codes) <= MAX_XIDS and all(
+        isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 2**31 - 1 for c in codes)
 
 
 # -- frames the server sends -------------------------------------------------------------

@@ -93,10 +93,12 @@ class Launch:
     cwd: str
 
 
-def prepare(frame: dict[str, Any], alloc: str, ckpt: Path, workdir: Path, exit_file: Path) -> Launch:
+def prepare(frame: dict[str, Any], alloc: str, ckpt: Path, workdir: Path, exit_file: Path,
+            cgroup: Path | None = None) -> Launch:
     """Everything a ``start`` needs before its process: who it runs as (Refused raised first),
     its directories (its own working directory when it runs as a user), its environment (its
-    GPUs only, when the frame binds devices) and the launcher's command line."""
+    GPUs only, when the frame binds devices) and the launcher's command line (entering
+    ``cgroup`` first, when the node limits allocations)."""
     who = resolve(frame.get("user", ""), frame.get("group", ""), bool(frame.get("allow_root")))
     cwd = workdir / "work" / alloc if who is not None else workdir
     for path in (ckpt, cwd):
@@ -108,5 +110,6 @@ def prepare(frame: dict[str, Any], alloc: str, ckpt: Path, workdir: Path, exit_f
     command = [str(c) for c in frame.get("command") or []] or [sys.executable, "-c", "import time; time.sleep(3600)"]
     # The launcher by its path: nothing of Lattice goes on the job's PYTHONPATH, installed or not.
     argv = [sys.executable, str(Path(__file__).with_name("agent_run.py")), str(exit_file),
-            *(who.launcher_args() if who is not None else []), "--", *command]
+            *(who.launcher_args() if who is not None else []), *(["--cgroup", str(cgroup)] if cgroup else []),
+            "--", *command]
     return Launch(argv, env, str(cwd))

@@ -135,7 +135,7 @@ class QuotaAdmin(AuditedAdmin):
 
 @admin.register(Membership)
 class MembershipAdmin(AuditedAdmin):
-    list_display = ["user", "tenant", "role"]
+    list_display = ["user", "tenant", "role", "unix_user", "unix_group"]
     list_filter = ["tenant", "role"]
     search_fields = ["user__username", "tenant__name"]
     autocomplete_fields = ["user"]

@@ -29,17 +29,24 @@ from nodes.protocol import Start
 from scheduling.actions.quotas import check_running_quota
 from scheduling.dispatch import agent_commands_on_commit, events_on_commit
 from scheduling.errors import Conflict, InvalidTransition
-from scheduling.models import Allocation, AllocationEvent, Placement, PlacementDevice, Tenant
+from scheduling.models import (
+    Allocation,
+    AllocationEvent,
+    Membership,
+    Placement,
+    PlacementDevice,
+    Tenant,
+)
 from scheduling.models.allocations import PlacementKind
 from scheduling.passes.bulk import execute
 from scheduling.states import State, allowed
 
 # What a start frame needs (start_frame below).
-STARTED_FIELDS = ("id", "tenant_id", "command", "env", "per_node_gpu", "per_node_cpu", "per_node_memory",
+STARTED_FIELDS = ("id", "tenant_id", "user_id", "command", "env", "per_node_gpu", "per_node_cpu", "per_node_memory",
                   "resume_from_checkpoint")
 
 
-RunAs = tuple[str, str, bool]  # the tenant's Unix user, group, and whether root is allowed
+RunAs = tuple[str, str, bool]  # the Unix user, group, and whether root is allowed (the tenant's leave)
 Devices = list[dict[str, Any]]  # [{index, uuid}]
 
 
@@ -53,8 +60,14 @@ def start_frame(alloc: Allocation, node_name: str, *, devices: Devices | None = 
                  devices=list(devices or []), user=user, group=group, allow_root=allow_root)
 
 
-def run_as_of(tenant: Tenant) -> RunAs:
-    return (tenant.unix_user, tenant.unix_group, tenant.allow_root)
+def run_as_of(alloc: Allocation) -> RunAs:
+    """Who ``alloc`` runs as: its submitter's own mapping in the tenant (Membership) where the
+    operator set one, else the tenant's; root only with the tenant's leave."""
+    tenant = alloc.tenant
+    member = (Membership.objects.filter(tenant_id=alloc.tenant_id, user_id=alloc.user_id).exclude(unix_user="")
+              .values_list("unix_user", "unix_group").first())
+    user, group = member if member is not None else (tenant.unix_user, tenant.unix_group)
+    return (user, group, tenant.allow_root)
 
 
 def bound_devices(placement_id: int) -> Devices:
@@ -80,7 +93,7 @@ def allocations_start(ran_on: dict[int, list[str]], node_ids: dict[str, int], mo
     else:
         started, devices, run_as = _start_with_the_orm(ran_on, node_ids, moment)
     agent_commands_on_commit([(name, start_frame(a, name, devices=devices.get((a.pk, name)),
-                                                 run_as=run_as[a.tenant_id]))
+                                                 run_as=run_as[a.pk]))
                               for a in started for name in ran_on[a.pk]])
     by_tenant: dict[int, list[int]] = {}
     for a in sorted(started, key=lambda a: a.pk):
@@ -127,7 +140,13 @@ def _start_with_the_orm(ran_on: dict[int, list[str]], node_ids: dict[str, int], 
     AllocationEvent.objects.bulk_create([
         AllocationEvent(allocation_id=a.pk, from_state=State.PENDING, to_state=State.RUNNING,
                         reason=placed_reason(ran_on[a.pk])) for a in allocs])
-    run_as = {t.pk: run_as_of(t) for t in Tenant.objects.filter(pk__in={a.tenant_id for a in allocs})}
+    tenants = {t.pk: t for t in Tenant.objects.filter(pk__in={a.tenant_id for a in allocs})}
+    members = {(m.tenant_id, m.user_id): m for m in Membership.objects.filter(
+        tenant_id__in=list(tenants), user_id__in={a.user_id for a in allocs}).exclude(unix_user="")}
+    run_as = {}
+    for a in allocs:
+        t, m = tenants[a.tenant_id], members.get((a.tenant_id, a.user_id))
+        run_as[a.pk] = (m.unix_user, m.unix_group, t.allow_root) if m else (t.unix_user, t.unix_group, t.allow_root)
     return allocs, devices, run_as
 
 
@@ -159,8 +178,8 @@ def _start_in_one_statement(ran_on: dict[int, list[str]], node_ids: dict[str, in
     ids = list(ran_on)
     pair_ids = [pk for pk, nodes in ran_on.items() for _ in nodes]
     pair_nodes = [node_ids[name] for nodes in ran_on.values() for name in nodes]
-    alloc, placement, event, device, bound, tenant = (m._meta.db_table for m in (
-        Allocation, Placement, AllocationEvent, NodeDevice, PlacementDevice, Tenant))
+    alloc, placement, event, device, bound, tenant, member = (m._meta.db_table for m in (
+        Allocation, Placement, AllocationEvent, NodeDevice, PlacementDevice, Tenant, Membership))
     returned = ", ".join(f"a.{f}" for f in STARTED_FIELDS)
     # The batch goes as binary arrays (scheduling/bulk.py), so the statement's text is the same for
     # any batch and no value is quoted apart.
@@ -187,8 +206,11 @@ def _start_in_one_statement(ran_on: dict[int, list[str]], node_ids: dict[str, in
         "GROUP BY pl.allocation_id), "
         f"logged AS (INSERT INTO {event} (allocation_id, from_state, to_state, reason, created_at) "
         f"SELECT s.id, %b, %b, s.reason, now() FROM started s) "
-        f"SELECT {', '.join('s.' + f for f in STARTED_FIELDS)}, devs.d, t.unix_user, t.unix_group, t.allow_root "
-        f"FROM started s LEFT JOIN devs ON devs.allocation_id = s.id JOIN {tenant} t ON t.id = s.tenant_id")
+        # Who it runs as: the submitter's own mapping in the tenant where there is one, else the tenant's.
+        f"SELECT {', '.join('s.' + f for f in STARTED_FIELDS)}, devs.d, COALESCE(m.unix_user, t.unix_user), "
+        f"CASE WHEN m.id IS NULL THEN t.unix_group ELSE m.unix_group END, t.allow_root "
+        f"FROM started s LEFT JOIN devs ON devs.allocation_id = s.id JOIN {tenant} t ON t.id = s.tenant_id "
+        f"LEFT JOIN {member} m ON m.tenant_id = s.tenant_id AND m.user_id = s.user_id AND m.unix_user <> ''")
     params = [ids, [json.dumps(ran_on[pk]) for pk in ids], [placed_reason(ran_on[pk]) for pk in ids], pair_ids,
               pair_nodes, State.RUNNING, moment, moment, State.PENDING, PlacementKind.ASSIGNED, State.PENDING,
               State.RUNNING]
@@ -209,5 +231,5 @@ def _start_in_one_statement(ran_on: dict[int, list[str]], node_ids: dict[str, in
     for a, row in zip(started, rows_back, strict=True):
         for node_id, index, uuid in json.loads(row[extra]) if row[extra] else []:
             devices.setdefault((a.pk, node_names[node_id]), []).append({"index": index, "uuid": uuid})
-        run_as[a.tenant_id] = (row[extra + 1], row[extra + 2], row[extra + 3])
+        run_as[a.pk] = (row[extra + 1], row[extra + 2], row[extra + 3])
     return started, devices, run_as

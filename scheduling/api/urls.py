@@ -15,6 +15,7 @@ from scheduling.api.operators import (
 )
 from scheduling.api.preemptions import PreemptionViewSet
 from scheduling.api.queue import QueueView
+from scheduling.api.run_as import MemberRunAsViewSet, TenantRunAsViewSet
 from scheduling.api.simulate import SimulateView
 from scheduling.api.tokens import TokenViewSet
 from scheduling.api.usage import UsageSeriesView, UsageView
@@ -33,6 +34,8 @@ router.register("session-types", SessionTypeViewSet, basename="session-type")
 router.register("tenants", TenantViewSet, basename="tenant")
 router.register("quotas", QuotaViewSet, basename="quota")
 router.register("memberships", MembershipViewSet, basename="membership")
+router.register("run-as/tenants", TenantRunAsViewSet, basename="run-as-tenant")
+router.register("run-as/members", MemberRunAsViewSet, basename="run-as-member")
 router.register("overrides", OverrideViewSet, basename="override")
 router.register("audit", AuditViewSet, basename="audit")
 

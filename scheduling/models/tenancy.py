@@ -52,6 +52,11 @@ class Membership(models.Model):
                                                     help_text="Blank: the tenant's minimum.")
     max_priority = models.PositiveSmallIntegerField(null=True, blank=True, validators=[MaxValueValidator(100)],
                                                     help_text="Blank: the tenant's maximum.")
+    # Who this user's work in this tenant runs as on the nodes (blank: the tenant's mapping).
+    unix_user = models.CharField(max_length=32, blank=True, validators=[UNIX_NAME],
+                                 help_text="Unix user this member's work runs as; blank: the tenant's.")
+    unix_group = models.CharField(max_length=32, blank=True, validators=[UNIX_NAME],
+                                  help_text="Unix group with that user; blank: the user's primary group.")
 
     class Meta:
         constraints = [

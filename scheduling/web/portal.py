@@ -19,6 +19,7 @@ from scheduling.actions.admission import allocation_cancel, allocation_submit
 from scheduling.actions.batch import allocation_hold, allocation_release_hold, allocation_requeue
 from scheduling.api.serializers import AllocationInput
 from scheduling.errors import DomainError
+from scheduling.exits import exit_explanation
 from scheduling.models import (
     Allocation,
     Placement,
@@ -84,8 +85,10 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     for p in preemptions:  # the preemptor is an id when the reader may open it, else its class in words
         p["own_preemptor"] = p["preemptor"] if isinstance(p["preemptor"], int) else None
     pending = alloc.state == "pending"
+    events = list(events_of(alloc))
     return render(request, "jobs/detail.html", {
-        "job": alloc, "risk": _risks([alloc])[0], "events": events_of(alloc), "preemptions": preemptions,
+        "job": alloc, "risk": _risks([alloc])[0], "events": events, "preemptions": preemptions,
+        "exit_why": exit_explanation(alloc, (e.reason for e in events)) if alloc.state == State.FAILED else "",
         "waiting": latest if pending else None, "ended": alloc.state in FINAL,
         "reason": why_waiting(alloc.resource_group, [alloc.pk]).get(alloc.pk) if pending else None,
         "place": position_of(alloc) if pending else None,

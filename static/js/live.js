@@ -34,6 +34,11 @@
       } else if (ev.allocations) {
         li.appendChild(document.createTextNode(text + ":"));
         ev.allocations.forEach(function (x) { li.appendChild(document.createTextNode(" ")); li.appendChild(job(x)); });
+      } else if (ev.node) {  // node.health, node.devices: which node, and why
+        li.appendChild(document.createTextNode(text + ": "));
+        var n = document.createElement("a"); n.href = "/ops/nodes/" + encodeURIComponent(ev.node) + "/"; n.textContent = ev.node;
+        li.appendChild(n);
+        li.appendChild(document.createTextNode(" " + (ev.state ? ev.state + ": " : "") + (ev.reason || ev.mismatch || "")));
       } else { li.textContent = text; }
       var when = new Date();  // when it arrived, as the server-rendered entries show when they were made
       var time = document.createElement("time");

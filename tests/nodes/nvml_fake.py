@@ -28,10 +28,12 @@ class FakeGPU:
     ecc_uncorrectable: int = 0
     retired_pending: bool = False
     mig: list[str] = field(default_factory=list)  # MIG instance UUIDs; empty: MIG off
+    xid_pending: list[int] = field(default_factory=list)  # Xid events not yet read by the agent
 
 
 class FakeNVML:
     NVMLError = NVMLError
+    nvmlEventTypeXidCriticalError = 8
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
     NVML_VOLATILE_ECC = NVML_VOLATILE_ECC
@@ -91,6 +93,42 @@ class FakeNVML:
     def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int:
         return int(self._gpu(handle).retired_pending)
 
+    def nvmlDeviceGetIndex(self, handle: Any) -> int:
+        return int(handle[1])
+
+    def nvmlEventSetCreate(self) -> Any:
+        return {"registered": set()}
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, kinds: int, events: Any) -> None:
+        assert kinds == self.nvmlEventTypeXidCriticalError
+        events["registered"].add(handle[1])
+
+    def nvmlEventSetWait(self, events: Any, timeout_ms: int) -> Any:
+        for index in sorted(events["registered"]):
+            gpus = self.gpus
+            if index < len(gpus) and gpus[index].xid_pending:
+                return SimpleNamespace(device=("gpu", index), eventData=gpus[index].xid_pending.pop(0),
+                                       eventType=self.nvmlEventTypeXidCriticalError)
+        raise NVMLError("timeout")
+
+
+class FileNVML(FakeNVML):
+    """A fake whose GPUs are read from a JSON file at every call: a test changes a running agent's
+    GPUs (an ECC error appearing) by rewriting the file."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__([])
+        self.path = path
+
+    @property  # type: ignore[override]
+    def gpus(self) -> list[FakeGPU]:
+        with open(self.path) as f:
+            return [FakeGPU(**g) for g in json.load(f)]
+
+    @gpus.setter
+    def gpus(self, value: list[FakeGPU]) -> None:
+        pass
+
 
 def gpus(count: int, prefix: str = "GPU-fake") -> list[FakeGPU]:
     return [FakeGPU(uuid=f"{prefix}-{i:04d}-0000-0000-000000000000") for i in range(count)]
@@ -98,7 +136,10 @@ def gpus(count: int, prefix: str = "GPU-fake") -> list[FakeGPU]:
 
 def from_env() -> FakeNVML:
     """The fake an agent process loads (fake_nvml/pynvml.py): FAKE_NVML_GPUS GPUs named after
-    FAKE_NVML_PREFIX, or FAKE_NVML_JSON (a list of FakeGPU fields)."""
+    FAKE_NVML_PREFIX, or FAKE_NVML_JSON (a list of FakeGPU fields), or FAKE_NVML_FILE (the same,
+    in a file read at every call)."""
+    if os.environ.get("FAKE_NVML_FILE"):
+        return FileNVML(os.environ["FAKE_NVML_FILE"])
     if os.environ.get("FAKE_NVML_JSON"):
         return FakeNVML([FakeGPU(**g) for g in json.loads(os.environ["FAKE_NVML_JSON"])])
     return FakeNVML(gpus(int(os.environ.get("FAKE_NVML_GPUS", "8")), os.environ.get("FAKE_NVML_PREFIX", "GPU-fake")))

@@ -1,7 +1,8 @@
 """Work runs as its tenant's Unix user (nodes/runas.py): real processes, real users.
 
-The users are created with useradd, so this needs root; it is skipped (with the reason) when not
-root, and never runs under CI=true as root (it adds users to the machine)."""
+The users are created with useradd for the test and removed after it, so this needs root; it is
+skipped (with the reason) only when not root. CI runs as root on a throwaway machine, so it runs
+there."""
 
 from __future__ import annotations
 
@@ -25,13 +26,15 @@ USERS = ("lat-ta-" + uuid.uuid4().hex[:6], "lat-tb-" + uuid.uuid4().hex[:6])
 def two_users():
     if os.geteuid() != 0:
         pytest.skip("needs root to create Unix users (useradd) and to drop privileges")
-    if os.environ.get("CI") == "true":
-        pytest.skip("adds Unix users to the machine: not under CI=true")
-    for name in USERS:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True)
-    yield USERS
-    for name in USERS:
-        subprocess.run(["userdel", name], check=False)
+    made = []
+    try:
+        for name in USERS:
+            subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True)
+            made.append(name)
+        yield USERS
+    finally:
+        for name in made:
+            subprocess.run(["userdel", name], check=False)
 
 
 def _start(alloc: str, user: str, command: list[str], **extra) -> dict:

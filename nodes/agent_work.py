@@ -1,0 +1,217 @@
+"""The agent's work on its node: starting each allocation's process (as its user, in its cgroup,
+seeing its GPUs), watching it end, relaying its checkpoint, signalling it, and adopting what a
+previous run of the agent left running. A mixin of nodes/agent.py's Agent, which owns the
+connection and the reports.
+
+Imports nothing of Django: it runs on compute nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from nodes import cgroups, runas
+from nodes.checkpoint_files import CheckpointFiles, done_location, size_of
+from nodes.processes import EXIT_FILE, Running, alive, recorded_exit_code
+from nodes.protocol import CheckpointDone, Exited, Report, Started, new_id
+
+log = logging.getLogger("lattice.agent")
+
+
+class Work:
+    """What the agent runs. The Agent provides the attributes below and ``report``."""
+
+    workdir: Path
+    simulate: bool
+    sim_seconds: float
+    running: dict[str, Running]
+    state_file: Path
+    limiter: cgroups.Limiter | None
+
+    async def report(self, report: Report) -> None:
+        raise NotImplementedError
+
+    # -- surviving our own restart ------------------------------------------------------------
+    def _save(self) -> None:
+        data = {a: {"pid": r.pid, "checkpoint_dir": str(r.checkpoint_dir),
+                    **({"cgroup": str(r.cgroup)} if r.cgroup else {})} for a, r in self.running.items()}
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self.state_file)
+
+    async def adopt(self) -> None:
+        """Take back the processes a previous run of this agent started; report those that ended."""
+        try:
+            data = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return
+        for alloc, info in data.items():
+            entry = Running(alloc, pid=int(info["pid"]), checkpoint_dir=Path(info["checkpoint_dir"]),
+                            cgroup=Path(info["cgroup"]) if info.get("cgroup") else None)
+            if self.simulate or not alive(entry.pid):
+                code = recorded_exit_code(entry.checkpoint_dir)
+                await self.report(Exited(id=new_id(), allocation=alloc, exit_code=code,
+                                         reason=_exit_reason(entry, code)))
+                cgroups.remove(entry.cgroup)
+                continue
+            self.running[alloc] = entry
+            entry.task = asyncio.get_running_loop().create_task(self._watch_adopted(entry))
+        self._save()
+
+    async def _watch_adopted(self, entry: Running) -> None:
+        while alive(entry.pid):
+            await asyncio.sleep(0.5)
+        self.running.pop(entry.allocation, None)
+        self._save()
+        code = recorded_exit_code(entry.checkpoint_dir)
+        reason = _exit_reason(entry, code)
+        cgroups.remove(entry.cgroup)
+        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=code, reason=reason))
+
+    # -- running work ----------------------------------------------------------------------
+    async def _start(self, frame: dict[str, Any]) -> None:
+        alloc = str(frame["allocation"])
+        old = self.running.get(alloc)
+        if old is not None and old.signalled and old.task is not None:
+            # A new run of an allocation whose earlier run is still being stopped (it was
+            # checkpointed and requeued, then placed here again): start it once that one is gone.
+            asyncio.get_running_loop().create_task(self._start_after(old.task, frame))
+            return
+        if old is not None:
+            return  # a repeated start (after a reconnect): it already runs
+        ckpt = self.workdir / frame.get("checkpoint_dir", f"checkpoints/{alloc}")
+        try:  # who it runs as, where, seeing what (nodes/runas.py); refused before anything is made
+            runas.resolve(frame.get("user", ""), frame.get("group", ""), bool(frame.get("allow_root")))
+            cgroup = self._limit(alloc, frame.get("resources") or {})
+            launch = runas.prepare(frame, alloc, ckpt, self.workdir, ckpt / EXIT_FILE, cgroup=cgroup)
+        except runas.Refused as exc:
+            log.warning("not starting %s: %s", alloc, exc)
+            await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason=exc.reason))
+            return
+        entry = Running(alloc, checkpoint_dir=ckpt, cgroup=cgroup)
+        self.running[alloc] = entry
+        if self.simulate:
+            entry.task = asyncio.get_running_loop().create_task(self._simulated(entry))
+            await self.report(Started(id=new_id(), allocation=alloc, pid=0))
+            return
+        (ckpt / EXIT_FILE).unlink(missing_ok=True)
+        try:
+            proc = await asyncio.create_subprocess_exec(*launch.argv, env=launch.env, cwd=launch.cwd,
+                                                        start_new_session=True)
+        except OSError as exc:
+            self.running.pop(alloc, None)
+            cgroups.remove(cgroup)
+            await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason="failed"))
+            log.warning("cannot start %s: %s", alloc, exc)
+            return
+        entry.pid = proc.pid
+        entry.task = asyncio.get_running_loop().create_task(self._watch(entry, proc))
+        self._save()
+        await self.report(Started(id=new_id(), allocation=alloc, pid=proc.pid))
+
+    def _limit(self, alloc: str, resources: dict[str, Any]) -> Path | None:
+        """The allocation's own cgroup, limited to its request (None: no limits on this node)."""
+        if self.limiter is None or self.simulate:
+            return None
+        try:
+            return self.limiter.make(alloc, float(resources.get("cpu") or 0), float(resources.get("memory") or 0))
+        except cgroups.Unavailable as exc:  # not run unlimited on a node that limits
+            raise runas.Refused("failed", f"cannot limit it: {exc}") from None
+
+    async def _start_after(self, previous: asyncio.Task[Any], frame: dict[str, Any]) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(previous)
+        await self._start(frame)
+
+    async def _watch(self, entry: Running, proc: asyncio.subprocess.Process) -> None:
+        await proc.wait()
+        if self.running.get(entry.allocation) is entry:
+            self.running.pop(entry.allocation)
+        self._save()
+        code = recorded_exit_code(entry.checkpoint_dir)
+        if code is None:
+            code = proc.returncode
+        reason = _exit_reason(entry, code)
+        cgroups.remove(entry.cgroup)
+        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=code, reason=reason))
+
+    async def _simulated(self, entry: Running) -> None:
+        try:
+            await asyncio.sleep(self.sim_seconds)
+        except asyncio.CancelledError:
+            return
+        self.running.pop(entry.allocation, None)
+        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=0, reason="completed"))
+
+    async def _checkpoint(self, alloc: str) -> None:
+        entry = self.running.get(alloc)
+        if entry is None or entry.phase == "checkpointing":
+            # A repeated hint (re-sent at hello) while this run already checkpoints: one watcher,
+            # or a second one would clear what the application wrote and report it twice.
+            return
+        entry.phase = "checkpointing"
+        done, failed = entry.checkpoint_dir / "DONE", entry.checkpoint_dir / "FAILED"
+        files = CheckpointFiles(entry.checkpoint_dir)
+        files.clear()  # DONE, FAILED, PROGRESS, DEFER of an earlier checkpoint
+        if self.simulate:
+            await asyncio.sleep(1.0)
+            done.write_text("simulated")
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(entry.pid, signal.SIGUSR1)
+        while alloc in self.running and not (done.exists() or failed.exists()):
+            await self._relay(alloc, files)
+            await asyncio.sleep(0.2)
+        await self._relay(alloc, files)  # what was written just before DONE goes first
+        if done.exists():
+            location = done_location(entry.checkpoint_dir)
+            size = size_of(location)
+            await self.report(CheckpointDone(id=new_id(), allocation=alloc, ok=True, location=location,
+                                             size_bytes=size or 0))
+        elif failed.exists():
+            await self.report(CheckpointDone(id=new_id(), allocation=alloc, ok=False,
+                                             location=str(entry.checkpoint_dir), error=failed.read_text()[:500]))
+
+    async def _relay(self, alloc: str, files: CheckpointFiles) -> None:
+        """The application's PROGRESS and DEFER files, each change reported once."""
+        for frame in files.poll(alloc):
+            await self.report(frame)
+
+    async def _kill_after(self, alloc: str, grace: float) -> None:
+        entry = self.running.get(alloc)
+        await asyncio.sleep(grace)
+        if entry is not None and self.running.get(alloc) is entry:
+            self._signal(alloc, signal.SIGKILL, "killed")
+
+    def _signal(self, alloc: str, sig: signal.Signals, reason: str) -> bool:
+        entry = self.running.get(alloc)
+        if entry is None:
+            return False
+        entry.signalled = reason
+        if self.simulate:
+            if entry.task is not None:
+                entry.task.cancel()
+            self.running.pop(alloc, None)
+            asyncio.get_running_loop().create_task(self.report(
+                Exited(id=new_id(), allocation=alloc, exit_code=-int(sig), reason=reason)))
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(entry.pid, sig)
+        return True
+
+
+def _exit_reason(entry: Running, code: int | None) -> str:
+    """``terminated`` or ``killed`` when the agent signalled it; ``oom`` when it failed and the kernel
+    killed a process of its cgroup for memory; else ``completed`` (exit code 0) or ``failed``."""
+    if entry.signalled:
+        return entry.signalled
+    if code == 0:
+        return "completed"
+    return "oom" if cgroups.oom_kills(entry.cgroup) else "failed"

@@ -1,0 +1,66 @@
+"""Who work runs as on the nodes: each tenant's Unix user and group (and its leave to run as
+root), and optionally each member's own, which wins for the work that member submits
+(scheduling/actions/starts.py ``run_as_of``). Operators only; every edit with a ``reason``, audited."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rest_framework import serializers
+
+from scheduling.api.operators import AuditedViewSet, Checked
+from scheduling.models import Membership, Tenant
+
+
+class RefuseReadOnly:
+    """A field shown but not changed here (which tenant, which user) is a 400 naming it when sent,
+    rather than silently ignored while the rest of the body applies."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            fields = self.fields  # type: ignore[attr-defined]
+            fixed = sorted(str(n) for n in data if n in fields and fields[n].read_only)
+            if fixed:
+                raise serializers.ValidationError({n: ["read-only: not changed here"] for n in fixed})
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class TenantRunAsOutput(RefuseReadOnly, Checked):
+    tenant = serializers.CharField(source="name", read_only=True)
+
+    class Meta:
+        model = Tenant
+        fields = ["tenant", "unix_user", "unix_group", "allow_root", "reason"]
+
+
+class TenantRunAsViewSet(AuditedViewSet):
+    """A tenant's Unix user and group on the nodes (blank: the agent's own) and whether it may run
+    as root."""
+
+    serializer_class = TenantRunAsOutput
+    queryset = Tenant.objects.order_by("pk")
+    lookup_field = "name"
+    lookup_url_kwarg = "tenant"
+    http_method_names = ["get", "patch", "head", "options"]
+
+
+class MemberRunAsOutput(RefuseReadOnly, Checked):
+    tenant = serializers.CharField(source="tenant.name", read_only=True)
+    user = serializers.CharField(source="user.username", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "tenant", "user", "unix_user", "unix_group", "reason"]
+
+
+class MemberRunAsViewSet(AuditedViewSet):
+    """A member's own Unix user and group in a tenant (blank: the tenant's); ``?tenant=`` filters."""
+
+    serializer_class = MemberRunAsOutput
+    http_method_names = ["get", "patch", "head", "options"]
+
+    def get_queryset(self):  # type: ignore[no-untyped-def]
+        qs = Membership.objects.select_related("tenant", "user").order_by("pk")
+        tenant = self.request.query_params.get("tenant")
+        return qs.filter(tenant__name=tenant) if tenant else qs
