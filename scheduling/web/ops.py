@@ -1,4 +1,5 @@
-"""Operator console (/ops/): live feed, node map, queues, decisions, policy editor, overrides, audit."""
+"""Operator pages: a group's node map and queue, decisions, policy editor, overrides, audit (the console's
+front page is scheduling/web/console.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django import forms
-from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -41,29 +41,9 @@ from scheduling.passes.score import QueueScorer
 from scheduling.passes.snapshot import load_snapshot, policy_of
 from scheduling.permissions import operator_required
 from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
-from scheduling.states import HOLDING, State
 from scheduling.waiting import why_waiting
 from scheduling.web.confirm import confirmation
 from scheduling.web.paging import older_page
-
-
-@operator_required
-def console(request: HttpRequest) -> HttpResponse:
-    groups = list(ResourceGroup.objects.order_by("name"))
-    nodes = _counts(Node.objects.all())
-    work = _counts(Allocation.objects.filter(state__in=[State.PENDING, *HOLDING]))
-    decisions = PreemptionDecision.objects.select_related("resource_group").order_by("-id")[:30]
-    return render(request, "ops/console.html", {
-        "groups": [(g, nodes.get(g.pk, []), work.get(g.pk, [])) for g in groups], "decisions": decisions})
-
-
-def _counts(qs: Any) -> dict[int, list[tuple[str, int]]]:
-    """Per resource group, how many rows of ``qs`` are in each state (one query), the most first."""
-    out: dict[int, list[tuple[str, int]]] = {}
-    rows = qs.values("resource_group_id", "state").annotate(n=Count("id"))
-    for row in rows.order_by("resource_group_id", "-n", "state"):
-        out.setdefault(row["resource_group_id"], []).append((row["state"], row["n"]))
-    return out
 
 
 @operator_required
