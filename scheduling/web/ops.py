@@ -43,6 +43,7 @@ from scheduling.permissions import operator_required
 from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
 from scheduling.waiting import why_waiting
 from scheduling.web.confirm import confirmation
+from scheduling.web.decision_view import decision_title, readable_candidates
 from scheduling.web.paging import older_page
 
 
@@ -71,17 +72,13 @@ def group_detail(request: HttpRequest, name: str) -> HttpResponse:
 
 @operator_required
 def decision_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    decision = get_object_or_404(PreemptionDecision.objects.select_related("preemptor", "resource_group"), pk=pk)
+    decision = get_object_or_404(PreemptionDecision.objects.select_related("preemptor__tenant", "resource_group"),
+                                 pk=pk)
     return render(request, "ops/decision.html", {
-        "d": decision, "victims": _linked(decision.victims), "candidates": _linked(decision.candidates),
+        "d": decision, "title": decision_title(decision), **readable_candidates(decision),
         # As the policy editor and the API show it, not as Python writes a dict.
         "policy_json": json.dumps(decision.policy_snapshot, indent=2, sort_keys=True),
     })
-
-
-def _linked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Victims or candidates with ``pk``, the allocation their page is, where ``id`` names one."""
-    return [{**e, "pk": int(e["id"]) if str(e.get("id", "")).isdigit() else None} for e in entries]
 
 
 @operator_required

@@ -33,6 +33,7 @@ from scheduling.selectors import allocations_visible, events_of, explanation, te
 from scheduling.states import FINAL, State
 from scheduling.waiting import why_waiting
 from scheduling.web.confirm import confirmation
+from scheduling.web.job_use import job_use
 from scheduling.web.paging import older_page
 
 
@@ -84,8 +85,10 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     for p in preemptions:  # the preemptor is an id when the reader may open it, else its class in words
         p["own_preemptor"] = p["preemptor"] if isinstance(p["preemptor"], int) else None
     pending = alloc.state == "pending"
+    events = list(events_of(alloc))
     return render(request, "jobs/detail.html", {
-        "job": alloc, "risk": _risks([alloc])[0], "events": events_of(alloc), "preemptions": preemptions,
+        "job": alloc, "risk": _risks([alloc])[0], "events": events, "preemptions": preemptions,
+        "use": job_use(alloc, events, timezone.now()),
         "waiting": latest if pending else None, "ended": alloc.state in FINAL,
         "reason": why_waiting(alloc.resource_group, [alloc.pk]).get(alloc.pk) if pending else None,
         "place": position_of(alloc) if pending else None,
