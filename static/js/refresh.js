@@ -34,7 +34,7 @@
           s.busy = false;
           if (s.again) { s.again = false; refresh(id); }
         });
-    }, 150);
+    }, 400);
   }
   document.addEventListener("lattice:events", function (e) {
     document.querySelectorAll("[data-live-refresh][id]").forEach(function (el) {
