@@ -64,7 +64,7 @@
       var verb = {"allocation.submitted": "submitted", "allocation.cancelled": "cancelled"}[ev.kind];
       li.appendChild(text(where));
       li.appendChild(job(ev, ev.allocation));
-      li.appendChild(text(verb ? " " + verb + (ev.state && verb !== ev.state ? ", " + ev.state : "")
+      li.appendChild(text(verb ? " " + verb
                                : " is " + (ev.state || "changed")));
     } else { li.appendChild(text(ev.kind)); }
     var when = new Date();  // when it arrived, as the server-rendered entries show when they were made
