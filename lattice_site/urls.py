@@ -6,7 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from nodes import views as node_views
 from scheduling import views
 from scheduling.metrics import metrics_view
-from scheduling.web import ops, portal, tenants
+from scheduling.web import console, ops, portal, tenants
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -15,7 +15,8 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("ops/", ops.console, name="ops"),
+    path("ops/", console.console, name="ops"),
+    path("ops/state/", console.state, name="ops-state"),
     path("ops/audit/", ops.audit, name="ops-audit"),
     path("ops/groups/<slug:name>/", ops.group_detail, name="ops-group"),
     path("ops/groups/<slug:name>/policy/", ops.policy_editor, name="ops-policy"),

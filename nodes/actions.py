@@ -15,7 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from nodes.health import node_gpu_health
-from nodes.heartbeats import persist
+from nodes.heartbeats import nodes_changed, persist
 from nodes.inventory import node_devices_report
 from nodes.late_exits import allocation_late_exit, lost_at_hello, lost_node_down
 from nodes.models import AgentToken, Node, NodeState, ProcessedFrame
@@ -121,10 +121,13 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
         last_contact = fresh.last_heartbeat_at
         fresh.agent_version = frame.agent_version[:32]
         fresh.last_heartbeat_at = moment
-        if fresh.state in (NodeState.UNKNOWN, NodeState.DEGRADED, NodeState.DOWN):
+        revived = fresh.state in (NodeState.UNKNOWN, NodeState.DEGRADED, NodeState.DOWN)
+        if revived:
             # Back from silence; a node its GPUs' health degraded stays so (nodes/health.py).
             fresh.state = NodeState.DEGRADED if fresh.health_reason else NodeState.READY
         fresh.save(update_fields=["agent_version", "last_heartbeat_at", "state"])
+        if revived:
+            nodes_changed([fresh.pk])
         node_devices_report(node=fresh, devices=frame.devices, cgroups=frame.cgroups, now=moment,
                             cgroups_note=frame.cgroups_note)
         placed = {str(p.allocation_id): p for p in Placement.objects.filter(
@@ -252,9 +255,11 @@ def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, int]:
     the operator's to end (audited): after as long a silence its work is handled as lost all the
     same, and counted in ``down``. Safe to run any number of times."""
     moment = now or timezone.now()
-    degraded = Node.objects.filter(state=NodeState.READY,
-                                   last_heartbeat_at__lt=moment - timedelta(seconds=HEARTBEAT_TIMEOUT_S)).update(
-        state=NodeState.DEGRADED)
+    quiet = list(Node.objects.filter(state=NodeState.READY,
+                                     last_heartbeat_at__lt=moment - timedelta(seconds=HEARTBEAT_TIMEOUT_S))
+                 .values_list("pk", flat=True))
+    degraded = Node.objects.filter(pk__in=quiet, state=NodeState.READY).update(state=NodeState.DEGRADED)
+    nodes_changed(quiet)
     cutoff = moment - timedelta(seconds=HEARTBEAT_TIMEOUT_S + NODE_GRACE_S)
     drained = [NodeState.DRAINING, NodeState.DRAINED]
     silent = Node.objects.filter(Q(state=NodeState.DEGRADED) | Q(state__in=drained, placements__isnull=False),
@@ -269,6 +274,7 @@ def node_liveness_sweep(*, now: datetime | None = None) -> dict[str, int]:
                                                              last_heartbeat_at__lt=cutoff).exists():
                 continue  # undrained or heard from meanwhile
             _node_work_lost(node, moment)
+            nodes_changed([node.pk])
             down += 1
     return {"degraded": degraded, "down": down}
 
@@ -294,6 +300,7 @@ def node_drain(*, node: Node, actor: Any, reason: str) -> Node:
         before = {"state": node.state}
         Node.objects.filter(pk=node.pk).update(state=NodeState.DRAINING)
         node.refresh_from_db()
+        nodes_changed([node.pk])
         policy_change_record(actor=actor, action="drain", target=node, before=before, after={"state": node.state},
                              reason=reason)
     return node
@@ -305,6 +312,7 @@ def node_undrain(*, node: Node, actor: Any, reason: str) -> Node:
         Node.objects.filter(pk=node.pk, state__in=[NodeState.DRAINING, NodeState.DRAINED]).update(
             state=NodeState.READY)
         node.refresh_from_db()
+        nodes_changed([node.pk])
         policy_change_record(actor=actor, action="undrain", target=node, before=before,
                              after={"state": node.state}, reason=reason)
     return node

@@ -19,25 +19,47 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from nodes.models import Node, NodeState
+from scheduling.dispatch import events_on_commit
 
 FLUSH_AT = 500  # at most this many heartbeats per statement
+REVIVED = (NodeState.DEGRADED, NodeState.UNKNOWN)  # a heartbeat makes these ready
+
+
+def nodes_changed(ids: list[int]) -> None:
+    """Tell the operators' live feed that these nodes changed state (one query, sent after commit):
+    the console's counts and tiles follow."""
+    if ids:
+        events_on_commit([("node.state", {"node": name, "state": state, "group": group}, None)
+                          for name, state, group in Node.objects.filter(pk__in=sorted(set(ids)))
+                          .values_list("name", "state", "resource_group__name").order_by("name")])
 
 
 def persist(batch: list[tuple[int, int]], now: datetime) -> list[bool]:
     """Apply (node id, seq) heartbeats in order; returns, per heartbeat, whether it was accepted."""
     if connection.vendor == "postgresql":
-        last = _write_postgresql(batch, now)
-        return _judge(batch, last)
-    ids = sorted({node_id for node_id, _ in batch})
-    with transaction.atomic():  # SQLite (the embedded mode): few agents
-        last = dict(Node.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk", "last_seq"))
+        last, states = _write_postgresql(batch, now)
         accepted = _judge(batch, last)
-        changed = {node_id: last[node_id] for (node_id, _), ok in zip(batch, accepted, strict=True) if ok}
-        for node_id, seq in changed.items():
-            Node.objects.filter(pk=node_id).update(last_seq=seq, last_heartbeat_at=now)
-        Node.objects.filter(pk__in=list(changed), state__in=[NodeState.DEGRADED, NodeState.UNKNOWN],
-                            health_reason="").update(state=NodeState.READY)
+    else:
+        ids = sorted({node_id for node_id, _ in batch})
+        with transaction.atomic():  # SQLite (the embedded mode): few agents
+            rows = Node.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list(
+                "pk", "last_seq", "state", "health_reason")
+            states = {pk: _revivable(state, health) for pk, _, state, health in rows}
+            last = {pk: seq for pk, seq, _, _ in rows}
+            accepted = _judge(batch, last)
+            changed = {node_id: last[node_id] for (node_id, _), ok in zip(batch, accepted, strict=True) if ok}
+            for node_id, seq in changed.items():
+                Node.objects.filter(pk=node_id).update(last_seq=seq, last_heartbeat_at=now)
+            Node.objects.filter(pk__in=list(changed), state__in=REVIVED, health_reason="").update(
+                state=NodeState.READY)
+    nodes_changed([node_id for (node_id, _), ok in zip(batch, accepted, strict=True)
+                   if ok and states.get(node_id) in REVIVED])
     return accepted
+
+
+def _revivable(state: str, health_reason: str) -> str | None:
+    """The node's state as a heartbeat sees it: one its GPUs' health degraded is not revived."""
+    return None if health_reason else state
 
 
 def _judge(batch: list[tuple[int, int]], last: dict[int, int | None]) -> list[bool]:
@@ -53,11 +75,12 @@ def _judge(batch: list[tuple[int, int]], last: dict[int, int | None]) -> list[bo
     return accepted
 
 
-def _write_postgresql(batch: list[tuple[int, int]], now: datetime) -> dict[int, int | None]:
+def _write_postgresql(batch: list[tuple[int, int]], now: datetime) -> tuple[dict[int, int | None], dict[int, str | None]]:
     """One statement, one round trip: lock the batch's nodes in id order, advance each to the
     greatest seq of the batch where that is greater than the stored one, and return the stored
-    seq as it was before (to judge each heartbeat of the batch in order). A node whose every
-    heartbeat is stale is locked and returned, not written."""
+    seq and state as they were before (to judge each heartbeat of the batch in order, and to tell
+    which nodes it revived). A node whose every heartbeat is stale is locked and returned, not
+    written."""
     newest: dict[int, int] = {}
     for node_id, seq in batch:
         newest[node_id] = max(seq, newest.get(node_id, seq))
@@ -69,15 +92,17 @@ def _write_postgresql(batch: list[tuple[int, int]], now: datetime) -> dict[int, 
         # every batch, an eighth of the server's time at 4,000 heartbeats per second).
         cur.execute(
             f"WITH v(id, seq) AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[])), "
-            f"old AS (SELECT n.id, n.last_seq FROM {table} n WHERE n.id IN (SELECT v.id FROM v) "
+            f"old AS (SELECT n.id, n.last_seq, n.state, n.health_reason FROM {table} n WHERE n.id IN (SELECT v.id FROM v) "
             f"ORDER BY n.id FOR UPDATE), "
             f"written AS (UPDATE {table} AS n SET last_seq = v.seq, last_heartbeat_at = %s, "
             f"state = CASE WHEN n.state IN ('degraded', 'unknown') AND n.health_reason = '' THEN 'ready' "
             f"ELSE n.state END "
             f"FROM v JOIN old ON old.id = v.id "
             f"WHERE n.id = old.id AND (old.last_seq IS NULL OR v.seq > old.last_seq) RETURNING n.id) "
-            f"SELECT id, last_seq FROM old", [ids, [newest[i] for i in ids], now])
-        return {int(node_id): last for node_id, last in cur.fetchall()}
+            f"SELECT id, last_seq, state, health_reason FROM old", [ids, [newest[i] for i in ids], now])
+        rows = cur.fetchall()
+        return ({int(node_id): last for node_id, last, _, _ in rows},
+                {int(node_id): _revivable(state, health) for node_id, _, state, health in rows})
 
 
 class Batcher:

@@ -152,13 +152,17 @@ def events_on_commit(events: list[tuple[str, dict[str, Any], int | None]]) -> No
     def send() -> None:
         targets = [[OPS_GROUP] + ([tenant_group(t)] if t is not None else []) for _, _, t in events]
         seen = watched(sorted({g for groups in targets for g in groups}))
-        # A tenant's group reads what REST would show it (other tenants' victims counted, not named).
-        from scheduling.selectors import live_for_tenants
+        heard = [(event, groups) for event, groups in zip(events, targets, strict=True) if seen.intersection(groups)]
+        if not heard:
+            return  # no one watches: no words to read
+        # A tenant's group reads what REST would show it (other tenants' victims counted, not named,
+        # and no other tenant's name); operators read each allocation's group, tenant and size.
+        # (Imported here: the reads sit above dispatch in the layers and import the actions' models.)
+        from scheduling.live_feed import live_payloads
 
-        shown = live_for_tenants(events) if seen - {OPS_GROUP} else [p for _, p, _ in events]
-        _send_all([(group, {"type": "live.event", "event": {"kind": kind, **(payload if group == OPS_GROUP
-                                                                            else tenant_payload)}})
-                   for (kind, payload, _), tenant_payload, groups in zip(events, shown, targets, strict=True)
+        shown = live_payloads([event for event, _ in heard], bool(seen - {OPS_GROUP}))
+        _send_all([(group, {"type": "live.event", "event": {"kind": kind, **(ops if group == OPS_GROUP else mine)}})
+                   for ((kind, _, _), groups), (ops, mine) in zip(heard, shown, strict=True)
                    for group in groups if group in seen], f"{len(events)} live events")
 
     transaction.on_commit(send)

@@ -74,7 +74,8 @@ def _write_preempts(state: PassState, batch: list[Staged]) -> list[PreemptionDec
                     checkpoint_timeout_s=snap.policy.checkpoint_timeout_minutes * 60)
         allocations_hold({row["id"]: [snap.node_ids[n] for n in decision.nodes] for row, decision, _ in batch})
     events_on_commit([("decision", {"decision": record.pk, "preemptor": row["id"], "code": decision.code,
-                                    "victims": [v.id for v in decision.victims], "shadow": shadow},
+                                    "victims": [v.id for v in decision.victims], "shadow": shadow,
+                                    "group": snap.group.name},
                        row["tenant_id"]) for (row, decision, _), record in zip(batch, records, strict=True)])
     return records
 

@@ -1,4 +1,5 @@
-"""Operator console (/ops/): live feed, node map, queues, decisions, policy editor, overrides, audit."""
+"""Operator pages: a group's node map and queue, decisions, policy editor, overrides, audit (the console's
+front page is scheduling/web/console.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django import forms
-from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -41,29 +41,10 @@ from scheduling.passes.score import QueueScorer
 from scheduling.passes.snapshot import load_snapshot, policy_of
 from scheduling.permissions import operator_required
 from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
-from scheduling.states import HOLDING, State
 from scheduling.waiting import why_waiting
 from scheduling.web.confirm import confirmation
+from scheduling.web.decision_view import decision_title, readable_candidates
 from scheduling.web.paging import older_page
-
-
-@operator_required
-def console(request: HttpRequest) -> HttpResponse:
-    groups = list(ResourceGroup.objects.order_by("name"))
-    nodes = _counts(Node.objects.all())
-    work = _counts(Allocation.objects.filter(state__in=[State.PENDING, *HOLDING]))
-    decisions = PreemptionDecision.objects.select_related("resource_group").order_by("-id")[:30]
-    return render(request, "ops/console.html", {
-        "groups": [(g, nodes.get(g.pk, []), work.get(g.pk, [])) for g in groups], "decisions": decisions})
-
-
-def _counts(qs: Any) -> dict[int, list[tuple[str, int]]]:
-    """Per resource group, how many rows of ``qs`` are in each state (one query), the most first."""
-    out: dict[int, list[tuple[str, int]]] = {}
-    rows = qs.values("resource_group_id", "state").annotate(n=Count("id"))
-    for row in rows.order_by("resource_group_id", "-n", "state"):
-        out.setdefault(row["resource_group_id"], []).append((row["state"], row["n"]))
-    return out
 
 
 @operator_required
@@ -91,17 +72,13 @@ def group_detail(request: HttpRequest, name: str) -> HttpResponse:
 
 @operator_required
 def decision_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    decision = get_object_or_404(PreemptionDecision.objects.select_related("preemptor", "resource_group"), pk=pk)
+    decision = get_object_or_404(PreemptionDecision.objects.select_related("preemptor__tenant", "resource_group"),
+                                 pk=pk)
     return render(request, "ops/decision.html", {
-        "d": decision, "victims": _linked(decision.victims), "candidates": _linked(decision.candidates),
+        "d": decision, "title": decision_title(decision), **readable_candidates(decision),
         # As the policy editor and the API show it, not as Python writes a dict.
         "policy_json": json.dumps(decision.policy_snapshot, indent=2, sort_keys=True),
     })
-
-
-def _linked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Victims or candidates with ``pk``, the allocation their page is, where ``id`` names one."""
-    return [{**e, "pk": int(e["id"]) if str(e.get("id", "")).isdigit() else None} for e in entries]
 
 
 @operator_required

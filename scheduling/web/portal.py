@@ -34,6 +34,7 @@ from scheduling.selectors import allocations_visible, events_of, explanation, te
 from scheduling.states import FINAL, State
 from scheduling.waiting import why_waiting
 from scheduling.web.confirm import confirmation
+from scheduling.web.job_use import job_use
 from scheduling.web.paging import older_page
 
 
@@ -89,6 +90,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "jobs/detail.html", {
         "job": alloc, "risk": _risks([alloc])[0], "events": events, "preemptions": preemptions,
         "exit_why": exit_explanation(alloc, (e.reason for e in events)) if alloc.state == State.FAILED else "",
+        "use": job_use(alloc, events, timezone.now()),
         "waiting": latest if pending else None, "ended": alloc.state in FINAL,
         "reason": why_waiting(alloc.resource_group, [alloc.pk]).get(alloc.pk) if pending else None,
         "place": position_of(alloc) if pending else None,

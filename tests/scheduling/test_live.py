@@ -185,4 +185,9 @@ def test_a_pass_announces_placements_once_per_tenant_to_each_audience(client, op
     got_ops, got_member = _delivered(_operator_and_member(client, operator, django_user_model), place, 2, 1)
     placed = {tuple(e["allocations"]) for e in got_ops if e["kind"] == "allocations.placed"}
     assert placed == {tuple(sorted(mine)), (theirs,)}
-    assert got_member == [{"kind": "allocations.placed", "allocations": sorted(mine)}]
+    # Each with its jobs' group, tenant and size in words; a member only ever reads its own tenant's.
+    size = {"group": "rg-main", "nodes": 1, "gpus": 2}
+    assert got_member == [{"kind": "allocations.placed", "allocations": sorted(mine),
+                           "jobs": {str(pk): {"tenant": "physics", **size} for pk in sorted(mine)}}]
+    ops_theirs = next(e for e in got_ops if e["allocations"] == [theirs])
+    assert ops_theirs["jobs"] == {str(theirs): {"tenant": "chemistry", **size}}

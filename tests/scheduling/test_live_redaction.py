@@ -3,6 +3,8 @@ counted, never named. Real WebSocket clients (the ASGI application) for two tena
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
@@ -72,3 +74,12 @@ def test_a_decision_names_only_the_readers_own_victims(resource_group, vcluster_
                                                  *e.get("victims", [])] if i is not None}
     assert str(physics_low.pk) not in named
     assert all(e["kind"] != "decision" for e in physics)
+    # The feed's words: operators read every job's tenant and size; a tenant reads its own jobs'
+    # details only, and never another tenant's name, anywhere in any frame.
+    assert ops_decision["jobs"][str(physics_low.pk)] == {"tenant": "physics", "group": "rg-main", "nodes": 1,
+                                                         "gpus": 8}
+    assert ops_decision["group"] == "rg-main"
+    assert set(chem_decision["jobs"]) == {str(chem_decision["preemptor"]), str(chemistry_low.pk)}
+    assert {j["tenant"] for e in chemistry for j in e.get("jobs", {}).values()} == {"chemistry"}
+    assert "physics" not in json.dumps(chemistry)
+    assert physics and "chemistry" not in json.dumps(physics)

@@ -254,7 +254,7 @@ def test_console_sums_up_each_group_nodes_and_work_by_state(client, operator, re
     page = client.get("/ops/").content.decode()
     rows = {re.search(r'<a href="/ops/groups/([\w-]+)/">', row).group(1):
             " ".join(re.sub(r"<[^>]+>", " ", row.split("</tr>")[0]).split()).replace(" ,", ",")
-            for row in page.split('<tr class="group-row">')[1:]}
+            for row in page.split('<tr class="group-row"')[1:]}
     assert "active" in rows["rg-main"] and "1 down, 1 ready" in rows["rg-main"]
     assert "2 pending, 1 running" in rows["rg-main"] and "completed" not in rows["rg-main"]
     assert "paused" in rows["rg-empty"] and "shadow" in rows["rg-empty"] and "active" not in rows["rg-empty"]

@@ -1,0 +1,33 @@
+"""What a job has used, for its page: elapsed time of its current (or last) run, the nodes it holds
+or last ran on, and GPU-hours billed so far, counted by the accounting's own rule
+(scheduling/accounting.py: every second it held its nodes, times its GPUs) from its events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from scheduling import accounting
+from scheduling.models import Allocation, AllocationEvent
+from scheduling.states import FINAL, HOLDING
+
+
+def words(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h {rest // 60:02d}m {rest % 60:02d}s" if hours else f"{rest // 60}m {rest % 60:02d}s"
+
+
+def job_use(alloc: Allocation, events: Iterable[AllocationEvent], now: datetime) -> dict[str, Any]:
+    spans = accounting.holding_spans([(e.to_state, e.created_at) for e in events], until=now)
+    gpus = alloc.node_count * alloc.per_node_gpu
+    held = sum((accounting.micros(end - start) for start, end in spans), 0)
+    elapsed = None
+    if alloc.started_at is not None:
+        end = alloc.ended_at if alloc.state in FINAL and alloc.ended_at else (
+            now if alloc.state in HOLDING else alloc.state_changed_at or now)
+        elapsed = words(max(timedelta(0), end - alloc.started_at))
+    nodes = sorted({p.node.name for p in alloc.placements.select_related("node") if p.kind == "assigned"})
+    return {"gpu_hours": held * gpus / accounting.MICRO / 3600, "elapsed": elapsed,
+            "nodes": nodes or list(alloc.ran_on or []), "nodes_now": bool(nodes)}

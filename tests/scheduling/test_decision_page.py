@@ -1,0 +1,52 @@
+"""The console's decision page reads as a record: outcome once in the title, candidates in id
+order with tenant, class, size, nodes, runtime and cost rounded."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduling.models import PreemptionDecision
+
+pytestmark = pytest.mark.django_db
+
+
+def _rows(html: str, table: str) -> list[list[str]]:
+    body = re.search(rf'<table id="{table}">.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
+    return [[" ".join(re.sub(r"<[^>]+>", "", cell).split()) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+            for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)]
+
+
+def test_candidates_by_id_with_their_facts_and_the_outcome_once(client, operator, resource_group, make_allocation,
+                                                                tenant_chemistry):
+    at = timezone.now()
+    bob = tenant_chemistry.memberships.first().user
+    # Ids whose text order differs from their number order ("100000001" < "99999990").
+    nine = make_allocation(id=99_999_990, state="running", node_count=1, per_node_gpu=8, preemption_class=2, ran_on=["gpu-b"],
+                           started_at=at - timedelta(hours=1, minutes=5))
+    hundred = make_allocation(id=100_000_001, state="running", node_count=2, per_node_gpu=4, preemption_class=1, tenant=tenant_chemistry,
+                              user=bob, ran_on=["gpu-a", "gpu-c"], started_at=at - timedelta(minutes=7))
+    high = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=8)
+    small, big = nine.pk, hundred.pk
+    d = PreemptionDecision.objects.create(
+        resource_group=resource_group, preemptor=high, decided_for=at, result="preempt", code="PREEMPT",
+        explanation="x", outcome="executed", policy_snapshot={"kind": "class_cost"},
+        victims=[{"id": str(nine.pk), "reason": "priority", "action": "checkpoint", "cost": 1.23456}],
+        candidates=[{"id": str(big), "verdict": "eligible", "code": "OK", "cost": 7.777777},
+                    {"id": str(small), "verdict": "selected", "code": "SELECTED", "cost": 1.23456},
+                    {"summary": {"LOWER_CLASS": 3}}])
+    client.force_login(operator)
+    html = client.get(f"/ops/decisions/{d.pk}/").content.decode()
+    assert re.search(r"<h1>(.*?)</h1>", html).group(1) == f"Decision {d.pk}: #{high.pk} preempts 1 job"
+    rows = _rows(html, "candidates")
+    facts = {nine.pk: ["physics", "2", "1 × 8 GPU", "gpu-b", "1h 05m"],
+             hundred.pk: ["chemistry", "1", "2 × 4 GPU", "gpu-a, gpu-c", "7m"]}
+    cost = {nine.pk: "1.23", hundred.pk: "7.78"}
+    assert [r[0] for r in rows[:2]] == [f"#{small}", f"#{big}"]
+    for row, pk in zip(rows, (small, big), strict=False):
+        assert row[1:6] == facts[pk] and row[8] == cost[pk]
+    assert "LOWER_CLASS" in rows[2][0]
+    assert _rows(html, "victims") == [[f"#{nine.pk}", *facts[nine.pk], "priority", "checkpoint", "1.23"]]
