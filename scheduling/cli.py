@@ -264,8 +264,11 @@ def explain_lines(e: dict[str, Any]) -> list[str]:
     lines = [f"#{e['allocation']} is {e['state']}"]
     if e.get("reason"):
         lines.append(f"why it waits ({e['reason']['code']}): {e['reason']['explanation']}")
-    if e.get("queue"):
-        q = e["queue"]
+    q = e.get("queue")
+    if q and q["position"] is None:
+        lines.append(f"place in the queue: none yet, passed over until the reason above no longer holds "
+                     f"({q['queued']} queued)")
+    elif q:
         lines.append(f"place in the queue: {q['position']} of {q['queued']}, {q['ahead']} ahead"
                      + (" (" + ", ".join(f"{n} by {term}" for term, n in q["ahead_by"].items()) + ")"
                         if q["ahead_by"] else ""))
