@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db.models import Q
 
+from scheduling.engine.score import explain_score
 from scheduling.models import Allocation, ResourceGroup
 from scheduling.passes.queue import KEY_PARTS, pass_order
 from scheduling.passes.snapshot import policy_of
@@ -96,12 +97,13 @@ def _entry(rows: list[dict[str, Any]], i: int, kind: str, operator: bool) -> dic
                 ahead_by[name] = ahead_by.get(name, 0) + 1
                 break
     return {**_common(row, operator), "position": i + 1, "ahead": i, "queued": len(rows),
-            "order": _shown(kind, row), "ahead_by": ahead_by, "score": row["q_score"]}
+            "order": _shown(kind, row), "ahead_by": ahead_by, "score": row["q_score"],
+            "score_detail": explain_score(row.get("q_score_detail"))}
 
 
 def _aside(row: dict[str, Any], queued: int, operator: bool) -> dict[str, Any]:
     return {**_common(row, operator), "position": None, "ahead": None, "queued": queued, "order": [],
-            "ahead_by": {}, "score": None}
+            "ahead_by": {}, "score": None, "score_detail": None}
 
 
 def _common(row: dict[str, Any], operator: bool) -> dict[str, Any]:

@@ -130,7 +130,8 @@ def pass_order(group: ResourceGroup, kind: str, fields: tuple[str, ...] = (),
     itself, with the pass's scorer in a class_cost group over as many rows as a pass scores
     (``SCORED_WINDOW``; any past those follow in class order, as they would reach a pass). Each
     row carries ``holds_nodes`` and ``q_key``, the key it was sorted by after that (the scorer's in
-    a class_cost group, else ``row_key``), and ``q_score`` (the Lattice score, or None), ``q_starving``
+    a class_cost group, else ``row_key``), ``q_score`` (the Lattice score, or None) with
+    ``q_score_detail`` (its terms and weights, ``Score.to_dict()``), ``q_starving``
     and ``q_deficit`` (fair_share). Held work, work waiting on a dependency and array tasks past
     their throttle are not among them, as in the pass."""
     now = now or timezone.now()
@@ -146,6 +147,7 @@ def pass_order(group: ResourceGroup, kind: str, fields: tuple[str, ...] = (),
         for r in rows:
             scored = scorer.scores.get(r["id"])
             r["q_score"] = scored.total if scored is not None else None
+            r["q_score_detail"] = scored.to_dict() if scored is not None else None
             r["q_key"] = scorer.key(r) if scored is not None else (_LAST, *row_key(kind, r, standing))
     else:
         count = schedulable(group).count()

@@ -179,6 +179,10 @@ def test_queue_prints_positions_and_reasons_like_squeue(lattice, resource_group,
     code, out = lattice("queue", "--state", "pending", "--format", "id,pos,why")
     assert code == 0 and out.splitlines()[1].startswith(f"{waiting.pk:<8} 2     Not enough free capacity")
     assert lattice("queue", "--format", "id,bogus")[0] == 2
+    code, out = lattice("queue", "--state", "pending", "--format", "id,score")  # the Lattice score orders it
+    score = float(out.splitlines()[1].split()[1])
+    assert 0 < score <= 1
+    assert lattice("queue", "--state", "bogus")[0] == 1  # the server names the filter
     code, out = lattice("explain", str(waiting.pk))
     assert "why it waits (RESOURCES): Not enough free capacity" in out
     assert "place in the queue: 2 of 2, 1 ahead (1 by score)" in out

@@ -52,6 +52,14 @@ def test_the_pass_starts_work_in_the_positions_shown(cluster, resource_group, se
     assert positioned.index(chemistry[0]) < positioned.index(physics[0])
     assert [t["term"] for t in first["results"][0]["order"]] == ["holds_nodes", "score", "class", "priority",
                                                                  "submitted_at"]
+    # sprio's breakdown: each request's score in its weighted terms, and the queue in score order.
+    scores = [r["score"] for r in first["results"] if r["position"] is not None]
+    assert scores == sorted(scores, reverse=True)
+    for r in first["results"][: len(scores)]:
+        detail = r["score_detail"]
+        assert len(detail["terms"]) == 9
+        assert sum(t["value"] * t["weight"] for t in detail["terms"]) * detail["penalty"] == pytest.approx(
+            r["score"], abs=1e-5)
     aside = {r["id"]: r for r in first["results"] if r["position"] is None}
     assert set(aside) == {held, after, tasks[1], tasks[2]}
     codes = {pk: r["reason"]["code"] for pk, r in aside.items()}
