@@ -190,9 +190,7 @@ def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) 
             alloc = _placed_here(node, frame.allocation)
             if isinstance(frame, Started):
                 if alloc.state not in FINAL:
-                    how = f"pid {frame.pid}" if frame.pid else "simulated, no process"  # pid 0: --simulate
-                    AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
-                                                   reason=f"started on {node.name} ({how})")
+                    _started_row(alloc, node, frame.pid)
             elif isinstance(frame, Exited):
                 late = alloc.state == State.FAILED and allocation_late_exit(
                     allocation=alloc, node_name=node.name, exit_code=frame.exit_code, reason=frame.reason,
@@ -210,6 +208,37 @@ def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) 
     except IntegrityError:
         return False  # this frame id was applied before: acknowledge, change nothing
     return True
+
+
+STARTED = "started on "
+
+
+def _started_row(alloc: Allocation, node: Node, pid: int) -> None:
+    """One history row per start, naming each node as its agent reports the process started, with
+    its pid (the per-node detail): the first report writes ``started on gpu-a (pid 11)``, the others
+    of the same start add to it (``, gpu-b (pid 12)``). A node that reports again within the same
+    start ran a new process and begins a new row. The allocation's row is locked first, so the
+    agents of one start reporting at once add to one row."""
+    Allocation.objects.select_for_update().filter(pk=alloc.pk).first()
+    how = f"{node.name} ({f'pid {pid}' if pid else 'simulated, no process'})"  # pid 0: --simulate
+    began = (AllocationEvent.objects.filter(allocation=alloc, to_state=State.RUNNING)
+             .exclude(from_state=State.RUNNING).order_by("-id").values_list("id", flat=True).first())
+    row = (AllocationEvent.objects.filter(allocation=alloc, reason__startswith=STARTED, id__gt=began or 0)
+           .order_by("-id").first())
+    named = row.reason.removeprefix(STARTED).split(", ") if row is not None else []
+    if row is None or any(entry.split(" (")[0] == node.name for entry in named):
+        AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
+                                       reason=STARTED + how)
+        return
+    if row.reason.endswith(MORE):
+        return
+    reason = f"{row.reason}, {how}"
+    row.reason = reason if len(reason) <= REASON_MAX - len(MORE) else row.reason + MORE  # the column's length
+    row.save(update_fields=["reason"])
+
+
+MORE = " and more nodes"
+REASON_MAX = AllocationEvent._meta.get_field("reason").max_length or 255
 
 
 def _placed_here(node: Node, alloc_id: str) -> Allocation:

@@ -7,7 +7,7 @@
            [--memory N] [--class C] [--priority P] [--checkpoint auto|manual|none]
            [--walltime MIN] [--name NAME] [--dependency afterok:ID[:ID][,afterany:ID]]
            [--array 0-99%10] [--hold] [--file JOB.json] [--what-if] [-- COMMAND ...]
-    list [--state S[,S]] [--group G] [--array ID]
+    list [--state S[,S]] [--group G] [--array ID]     (an array is one line; --array ID lists its tasks)
     queue [--group G] [--state S[,S]] [--format COL,COL,...]
     show ID | events ID | explain ID | cancel ID | hold ID | release ID | requeue ID
                                          (hold, release, requeue take [--reason TEXT])
@@ -21,7 +21,8 @@ flags given as well override its fields. ``--group`` may be left out when an ope
 the tenant a default resource group. ``--what-if`` prints the decision the job would get now
 and stores nothing. ``queue`` prints my
 tenant's work as squeue does, one line each: pending work with its position in its group's queue,
-how many are ahead (other tenants' work counted, never shown) and the code of what it waits on.
+how many are ahead (other tenants' work counted, never shown) and the code of what it waits on;
+an array's pending tasks are one line, ``ARRAY_[0-3,7]``, at the place of its best task.
 
 Exit codes: 0 done; 1 the server refused (its message is printed: field errors,
 a quota, a token it does not know) or could not be reached; 2 bad usage or a bad
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from scheduling import cli_config
-from scheduling.cli_format import score_lines, usage_output
+from scheduling.cli_format import collapse_pending_tasks, list_lines, score_lines, usage_output
 from scheduling.version import version
 
 
@@ -173,8 +174,9 @@ QUEUE_COLUMNS: dict[str, tuple[str, int, Any]] = {
     "prio": ("PRIO", 4, lambda a, q: a["priority"]),
     "nodes": ("NODES", 5, lambda a, q: a["nodes"]),
     "gpus": ("GPUS", 4, lambda a, q: f"{a['per_node'].get('gpu', 0):g}"),
-    "pos": ("POS", 5, lambda a, q: q["position"] if q else "-"),
-    "ahead": ("AHEAD", 5, lambda a, q: q["ahead"] if q else "-"),
+    "pos": ("POS", 5, lambda a, q: q["position"] if q and q["position"] is not None else "-"),
+    "ahead": ("AHEAD", 5, lambda a, q: q["ahead"] if q and q["ahead"] is not None else "-"),
+    "score": ("SCORE", 6, lambda a, q: f"{q['score']:.3f}" if q and q.get("score") is not None else "-"),
     "reason": ("REASON", 18, lambda a, q: f"({q['reason']['code']})" if q and q.get("reason") else "-"),
     "why": ("WHY", 0, lambda a, q: q["reason"]["explanation"] if q and q.get("reason") else "-"),
 }
@@ -194,9 +196,10 @@ def queue_lines(client: Client, args: argparse.Namespace) -> tuple[list[dict[str
     for group in sorted({a["resource_group"] for a in rows if a["state"] == "pending"}):
         for q in client.pages(f"/resource-groups/{urllib.parse.quote(group)}/queue/", {}):
             entries[q["id"]] = q
-    # Pending first in queue order, then the rest newest first (as listed).
-    rows.sort(key=lambda a: (a["id"] not in entries, entries[a["id"]]["position"] if a["id"] in entries else 0))
-    found = [{**a, "queue": entries.get(a["id"])} for a in rows]
+    # Pending first in queue order, then pending work passed over (held, ...), then the rest newest first.
+    rows.sort(key=lambda a: (a["id"] not in entries, (entries.get(a["id"]) or {}).get("position") is None,
+                             (entries.get(a["id"]) or {}).get("position") or 0))
+    found = collapse_pending_tasks([{**a, "queue": entries.get(a["id"])} for a in rows])
     spec = [QUEUE_COLUMNS[c] for c in columns]
     lines = [" ".join(f"{h:<{w}}" for h, w, _ in spec).rstrip()]
     lines += [" ".join(f"{str(get(a, a['queue'])):<{w}}" for _, w, get in spec).rstrip() for a in found]
@@ -234,7 +237,10 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
         query = {k: v for k, v in (("state", args.state), ("resource_group", args.group),
                                    ("array", args.array)) if v}
         rows = client.pages("/allocations/", query)
-        return show(rows, "\n".join(map(_allocation_line, rows)) or "no allocations")
+        if args.array:
+            return show(rows, "\n".join(map(_allocation_line, rows)) or "no allocations")
+        lines = list_lines(rows, lambda pk: client.call("GET", f"/arrays/{pk}/"), _allocation_line)
+        return show(rows, "\n".join(lines) or "no allocations")
     if args.cmd == "queue":
         found, lines = queue_lines(client, args)
         return show(found, "\n".join(lines))
@@ -264,8 +270,11 @@ def explain_lines(e: dict[str, Any]) -> list[str]:
     lines = [f"#{e['allocation']} is {e['state']}"]
     if e.get("reason"):
         lines.append(f"why it waits ({e['reason']['code']}): {e['reason']['explanation']}")
-    if e.get("queue"):
-        q = e["queue"]
+    q = e.get("queue")
+    if q and q["position"] is None:
+        lines.append(f"place in the queue: none yet, passed over until the reason above no longer holds "
+                     f"({q['queued']} queued)")
+    elif q:
         lines.append(f"place in the queue: {q['position']} of {q['queued']}, {q['ahead']} ahead"
                      + (" (" + ", ".join(f"{n} by {term}" for term, n in q["ahead_by"].items()) + ")"
                         if q["ahead_by"] else ""))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+from collections.abc import Callable
 from typing import Any, TextIO
 
 
@@ -35,3 +36,55 @@ def usage_output(body: dict[str, Any], args: argparse.Namespace, out: TextIO) ->
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n")
     if not body["rows"]:
         out.write("no usage in this window\n")
+
+
+def index_ranges(indices: list[int]) -> str:
+    """Array indices as Slurm writes them: ``0-3,7,9-10``."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def array_line(array: dict[str, Any]) -> str:
+    """One array as the list prints it: its id, spec, group and how many tasks in each state."""
+    counts = ", ".join(f"{n} {state}" for state, n in array["counts"].items()) or "no tasks"
+    return (f"array #{array['id']:<5} {array['spec']:<13} {array['resource_group']}  "
+            f"{array['size']} task{'s' if array['size'] != 1 else ''}: {counts}")
+
+
+def list_lines(rows: list[dict[str, Any]], array_of: Callable[[int], dict[str, Any]],
+               line: Callable[[dict[str, Any]], str]) -> list[str]:
+    """Allocations one a line, an array's tasks as one line where its first task is listed
+    (``array_of`` reads the array with its counts; ``list --array ID`` lists the tasks)."""
+    out: list[str] = []
+    seen: set[int] = set()
+    for a in rows:
+        if a.get("array") is None:
+            out.append(line(a))
+        elif a["array"] not in seen:
+            seen.add(a["array"])
+            out.append(array_line(array_of(a["array"])))
+    return out
+
+
+def collapse_pending_tasks(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An array's pending tasks as one queue line, as squeue prints them: ``ARRAY_[0-3,7]`` at the
+    place of its best task (the position and reason are that task's). Running tasks stay one a line."""
+    out: list[dict[str, Any]] = []
+    lines: dict[int, dict[str, Any]] = {}
+    for a in found:
+        array = a.get("array")
+        if array is None or a["state"] != "pending":
+            out.append(a)
+            continue
+        if array not in lines:
+            lines[array] = {**a, "indices": []}
+            out.append(lines[array])
+        lines[array]["indices"].append(a["array_index"])
+    for merged in lines.values():
+        merged["id"] = f"{merged['array']}_[{index_ranges(merged['indices'])}]"
+    return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from scheduling.engine.score import explain_score
 from scheduling.models import (
@@ -47,6 +47,19 @@ def arrays_visible(user: Any) -> QuerySet[JobArray]:
     """Arrays as allocations: operators all, members their tenants'."""
     qs = JobArray.objects.select_related("tenant", "resource_group")
     return qs if is_operator(user) else qs.filter(tenant_id__in=tenant_ids(user))
+
+
+def array_counts(array_ids: list[int]) -> dict[int, dict[str, int]]:
+    """How many of each array's tasks are in each state, and how many are ``held`` (one query)."""
+    out: dict[int, dict[str, int]] = {pk: {} for pk in array_ids}
+    rows = (Allocation.objects.filter(array_id__in=array_ids).values("array_id", "state")
+            .annotate(n=Count("id"), held=Count("id", filter=Q(held=True))).order_by("array_id", "state"))
+    for row in rows:
+        counts = out[row["array_id"]]
+        counts[row["state"]] = row["n"]
+        if row["held"]:
+            counts["held"] = counts.get("held", 0) + row["held"]
+    return out
 
 
 def events_of(allocation: Allocation) -> QuerySet[AllocationEvent]:

@@ -6,7 +6,7 @@ stored one would be as old as the last change of the engine's code. It reads the
 (as the what-if does), its holds, the tenants' quota use and the latest decision of each request.
 
 The checks, in order; the first that applies is the answer (docs/decisions.md, "Why a request
-waits"): ``HELD``, ``DEPENDENCY``, ``QUOTA_<NAME>``, ``AWAITING_VICTIMS``, then the capacity limits
+waits"): ``HELD``, ``DEPENDENCY``, ``ARRAY_THROTTLE``, ``QUOTA_<NAME>``, ``AWAITING_VICTIMS``, then the capacity limits
 of ``engine/binding.py`` (``BORROW_LIMIT``, ``LENDING_CAP``, ``NODES_UNAVAILABLE``, ``CONSTRAINTS``,
 ``PRIORITY``, ``RESOURCES``, or ``FITS_NOW``), each with the engine's own code for why preemption
 does not help. The words are for the request's tenant: vClusters, node states and counts, never
@@ -15,23 +15,24 @@ another tenant's work.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from django.db.models import Count, F, Sum
 
 from scheduling.engine import binding
 from scheduling.engine.explain import WAIT_TEXT
-from scheduling.models import Allocation, Quota, ResourceGroup
+from scheduling.models import Allocation, JobArray, Quota, ResourceGroup
 from scheduling.passes.holds import holds_of, reserve_holds
-from scheduling.passes.queue import last_codes
+from scheduling.passes.queue import last_codes, schedulable, within_throttle
 from scheduling.passes.snapshot import ALLOCATION_FIELDS, engine_allocation, load_snapshot
 from scheduling.states import HOLDING, State
 
-HELD, DEPENDENCY, AWAITING = "HELD", "DEPENDENCY", "AWAITING_VICTIMS"
+HELD, DEPENDENCY, THROTTLE, AWAITING = "HELD", "DEPENDENCY", "ARRAY_THROTTLE", "AWAITING_VICTIMS"
 # The hard quotas in the order they are checked: (field, what it counts, index in the usage).
 QUOTAS = (("max_concurrent_allocations", "allocations at once", 0), ("max_nodes", "nodes", 1),
           ("max_gpus", "GPUs", 2))
-CODES = (HELD, DEPENDENCY, *(f"QUOTA_{name.upper()}" for name, _, _ in QUOTAS), AWAITING,
+CODES = (HELD, DEPENDENCY, THROTTLE, *(f"QUOTA_{name.upper()}" for name, _, _ in QUOTAS), AWAITING,
          *binding.CAPACITY_CODES)
 DONE = "completed"
 
@@ -49,6 +50,8 @@ def why_waiting(group: ResourceGroup, ids: list[int]) -> dict[int, dict[str, Any
         found = _held(alloc) or _dependency(alloc)
         if found:
             out[pk] = _answer(*found, None)
+    throttled = _throttled(group, [objs[pk] for pk in objs if pk not in out])
+    out.update({pk: _answer(*found, None) for pk, found in throttled.items()})
     quota = _quotas([objs[pk] for pk in objs if pk not in out])
     out.update({pk: _answer(*found, None) for pk, found in quota.items()})
     rest = [pk for pk in objs if pk not in out]
@@ -96,6 +99,22 @@ def _dependency(alloc: Allocation) -> tuple[str, dict[str, Any]] | None:
     return DEPENDENCY, {"unmet": unmet, "never": alloc.dependency == "never"}
 
 
+def _throttled(group: ResourceGroup, allocs: list[Allocation]) -> dict[int, tuple[str, dict[str, Any]]]:
+    """Array tasks the pass leaves out because their array's throttle (``%N``) is reached: N of its
+    tasks hold nodes, or the slots left go to its lower indices (``passes/queue.within_throttle``,
+    the pass's own rule)."""
+    arrays = {a.array_id for a in allocs if a.array_id is not None}
+    throttles = dict(JobArray.objects.filter(pk__in=arrays, throttle__isnull=False).values_list("id", "throttle"))
+    if not throttles:
+        return {}
+    allowed = set(within_throttle(schedulable(group).filter(array_id__in=list(throttles)), set(holds_of(group)))
+                  .values_list("id", flat=True))
+    holding = Counter(Allocation.objects.filter(array_id__in=list(throttles), state__in=HOLDING)
+                      .values_list("array_id", flat=True))
+    return {a.pk: (THROTTLE, {"array": a.array_id, "throttle": throttles[a.array_id], "holding": holding[a.array_id]})
+            for a in allocs if a.array_id in throttles and a.pk not in allowed}
+
+
 def _quotas(allocs: list[Allocation]) -> dict[int, tuple[str, dict[str, Any]]]:
     """Requests a hard quota keeps from starting: what the tenant's holding work uses plus the
     request over the limit, checked where capacity is consumed (as the pass's quota book does)."""
@@ -140,6 +159,9 @@ def reason_text(code: str, f: dict[str, Any]) -> str:
         if f.get("never"):
             return "Its dependencies can never be met; it stays pending until it is cancelled."
         return f"It waits for {_plural(f['unmet'], 'job')} it depends on to complete."
+    if code == THROTTLE:
+        return (f"Its array lets at most {f['throttle']} of its tasks hold nodes at once (%{f['throttle']}); "
+                f"{f['holding']} do now and any slot left goes to its lower indices first.")
     if code.startswith("QUOTA_"):
         what = {name: words for name, words, _ in QUOTAS}[f["quota"]]
         return (f"Your tenant's hard quota on {what} binds: its running work holds {f['current']}, this job "

@@ -25,6 +25,7 @@ from scheduling.api.pagination import NewestFirst, OldestFirst
 from scheduling.api.serializers import (
     AllocationInput,
     AllocationOutput,
+    ArrayLine,
     ArrayOutput,
     EventOutput,
     VerbInput,
@@ -32,7 +33,13 @@ from scheduling.api.serializers import (
 from scheduling.models import Allocation, JobArray
 from scheduling.permissions import IsOperator, is_operator
 from scheduling.queue_view import position_of
-from scheduling.selectors import allocations_visible, arrays_visible, events_of, explanation
+from scheduling.selectors import (
+    allocations_visible,
+    array_counts,
+    arrays_visible,
+    events_of,
+    explanation,
+)
 from scheduling.waiting import why_waiting
 
 
@@ -164,6 +171,15 @@ class ArrayViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
 
     def get_queryset(self) -> QuerySet[JobArray]:
         return arrays_visible(self.request.user)
+
+    @extend_schema(responses={200: ArrayLine(many=True)})
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Each array as one line: how many of its tasks are in each state (one query a page); its
+        tasks are at ``/arrays/{id}/``."""
+        page = self.paginate_queryset(self.get_queryset())
+        assert page is not None  # always paginated
+        counts = array_counts([a.pk for a in page])
+        return self.get_paginated_response(ArrayLine(page, many=True, context={"counts": counts}).data)
 
     def _verb(self, request: Request, verb: str) -> Response:
         array = self.get_object()

@@ -42,6 +42,7 @@ class QueueView(APIView):
             reason = reasons.get(entry["id"])
             entry["reason"] = {"code": reason["code"], "explanation": reason["explanation"]} if reason else None
         return Response({"resource_group": group.name, "kind": queue.kind, "queued": len(queue.rows),
+                         "set_aside": len(queue.aside),
                          "count": len(queue.visible), "next": _link(request, offset + limit, limit, len(queue.visible)),
                          "previous": _link(request, offset - limit, limit, len(queue.visible)) if offset else None,
                          "results": entries})

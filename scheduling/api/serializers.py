@@ -29,6 +29,7 @@ from scheduling.models.allocations import (
     HeldBy,
     RequeuePolicy,
 )
+from scheduling.selectors import array_counts
 
 
 class RefuseUnknown:
@@ -68,11 +69,23 @@ class ArrayOutput(serializers.Serializer):
     resource_group = serializers.CharField(source="resource_group.name")
     tenant = serializers.CharField(source="tenant.name")
     submitted_at = serializers.DateTimeField()
+    counts = serializers.SerializerMethodField(
+        help_text="How many of its tasks are in each state (states with none left out), and how many are held.")
     tasks = serializers.SerializerMethodField(help_text="Each task: id, index, state, held.")
+
+    def get_counts(self, array: Any) -> dict[str, int]:
+        counts = self.context.get("counts")
+        return counts.get(array.pk, {}) if counts is not None else array_counts([array.pk]).get(array.pk, {})
 
     def get_tasks(self, array: Any) -> list[dict[str, Any]]:
         return [{"id": pk, "index": index, "state": state, "held": held} for pk, index, state, held in
                 array.tasks.order_by("array_index").values_list("id", "array_index", "state", "held")]
+
+
+class ArrayLine(ArrayOutput):
+    """An array as one line of the list: its counts, not its tasks (``/arrays/{id}/`` has them)."""
+
+    tasks = None  # type: ignore[assignment]
 
 
 class ConstraintsField(RefuseUnknown, serializers.Serializer):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 from django.db.models import (
-    BooleanField,
     Case,
     F,
     FloatField,
@@ -25,7 +25,7 @@ from scheduling.passes.fairshare import Standing, standing_by_tenant
 from scheduling.passes.holds import holds_of
 from scheduling.passes.ordering import queue_key
 from scheduling.passes.score import SCORED_WINDOW, QueueScorer
-from scheduling.passes.snapshot import ALLOCATION_FIELDS
+from scheduling.passes.snapshot import ALLOCATION_FIELDS, load_snapshot
 from scheduling.states import HOLDING, State
 
 # The database's order, so the limit cuts the queue where ordering.queue_key would: the rows
@@ -41,26 +41,28 @@ QUEUE_ORDER: dict[str, list[Any]] = {
 }
 
 
-# The parts of each kind's order, as a reader sees them: (name, column of ``ordered_pending``'s
-# rows, whether higher comes first). Ties then go to the earlier submission, then the lower id.
-ORDER_TERMS: dict[str, list[tuple[str, str, bool]]] = {
-    "class_cost": [("class", "preemption_class", True), ("priority", "priority", True)],
-    "priority": [("priority", "priority", True)],
-    "queue": [("queue_priority", "session_type__priority", True), ("priority", "priority", True)],
-    "rank": [("rank", "q_rank", True)],
-    "fair_share": [("starving", "q_starving", True), ("deficit", "fs_deficit", True)],
+# The parts of each kind's key as a reader sees them, in the order of ``pass_order``'s ``q_key``
+# (a class_cost group's is the scorer's). Ties then go to the earlier submission, then the lower id.
+KEY_PARTS: dict[str, tuple[str, ...]] = {
+    "class_cost": ("score", "class", "priority", "submitted_at", "id"),
+    "priority": ("priority", "submitted_at", "id"),
+    "queue": ("queue_priority", "priority", "submitted_at", "id"),
+    "rank": ("rank", "submitted_at", "id"),
+    "fair_share": ("starving", "deficit", "submitted_at", "id"),
 }
+_LAST = float("inf")  # an unscored row's score part: after every scored one
 
 
 def pending_queue(group: ResourceGroup, kind: str, limit: int, held: set[int] | None = None,
-                  standing: dict[int, Standing] | None = None, scorer: QueueScorer | None = None) -> list[dict]:
+                  standing: dict[int, Standing] | None = None, scorer: QueueScorer | None = None,
+                  fields: tuple[str, ...] = ()) -> list[dict]:
     """Pending work in the policy's order; submission time is kept across requeues.
     Preemptors already holding nodes (``held``, read here if not given) come first: their nodes
     are being freed for them. A fair_share pass gives ``standing`` (its tenants' tracked shares);
     elsewhere the tracked rows are read. A class_cost queue given a ``scorer`` is ordered by the
     Lattice score (passes/score.py) over its first ``SCORED_WINDOW`` requests in class order.
     Held work, work waiting on a dependency and array tasks past their array's throttle are left
-    out: the pass never considers them."""
+    out: the pass never considers them. ``fields``: more columns for each row (the queue view's)."""
     if held is None:
         held = set(holds_of(group))
     take = limit + len(held)
@@ -69,8 +71,7 @@ def pending_queue(group: ResourceGroup, kind: str, limit: int, held: set[int] | 
     if kind == "fair_share":
         standing = standing if standing is not None else standing_by_tenant(group, timezone.now())
         qs = _by_deficit(qs, standing)
-    rows = list(qs.order_by(*QUEUE_ORDER[kind]).values(
-        *ALLOCATION_FIELDS, "tenant_id", "session_type__priority", "session_type__rank")[
+    rows = list(qs.order_by(*QUEUE_ORDER[kind]).values(*queue_fields(fields))[
         : max(take, SCORED_WINDOW) if scored else take])
     if scored:
         assert scorer is not None
@@ -78,6 +79,12 @@ def pending_queue(group: ResourceGroup, kind: str, limit: int, held: set[int] | 
         return ([r for r in rows if r["id"] in held] + [r for r in rows if r["id"] not in held])[:take]
     standing = standing or {}
     return sorted(rows, key=lambda r: (r["id"] not in held, row_key(kind, r, standing)))
+
+
+def queue_fields(fields: tuple[str, ...] = ()) -> list[str]:
+    """The columns of a queue row: what the engine, the key and the score read, then ``fields``."""
+    return list(dict.fromkeys((*ALLOCATION_FIELDS, "tenant_id", "session_type__priority", "session_type__rank",
+                               *fields)))
 
 
 def row_key(kind: str, row: dict, standing: dict[int, Standing]) -> tuple:
@@ -117,32 +124,41 @@ def within_throttle(qs: QuerySet[Allocation], held: set[int]) -> QuerySet[Alloca
     return qs.filter(Q(array__isnull=True) | Q(array__throttle__isnull=True) | Q(id__in=allowed))
 
 
-def ordered_pending(group: ResourceGroup, kind: str, standing: dict[int, Standing] | None = None) -> Any:
-    """The group's pending allocations in the policy's database order (before preemptors holding
-    nodes are moved to the front), as the queue view shows them. The pass also leaves out held,
-    dependency-waiting and throttled work (``pending_queue``) and, in a class_cost group, orders
-    its first requests by the Lattice score."""
-    qs = Allocation.objects.filter(resource_group=group, state=State.PENDING)
-    if kind == "fair_share":
-        qs = _by_deficit(qs, standing if standing is not None else standing_by_tenant(group, timezone.now()))
-    return qs.order_by(*QUEUE_ORDER[kind])
-
-
-def queue_rows(group: ResourceGroup, kind: str, fields: tuple[str, ...]) -> list[dict]:
-    """Every pending allocation of the group as the pass orders it, with ``fields``, each row's
-    ordering terms (``ORDER_TERMS``), ``submitted_at`` and ``holds_nodes``."""
+def pass_order(group: ResourceGroup, kind: str, fields: tuple[str, ...] = (),
+               now: datetime | None = None) -> list[dict]:
+    """Every request the pass considers, in the order the next pass takes them: ``pending_queue``
+    itself, with the pass's scorer in a class_cost group over as many rows as a pass scores
+    (``SCORED_WINDOW``; any past those follow in class order, as they would reach a pass). Each
+    row carries ``holds_nodes`` and ``q_key``, the key it was sorted by after that (the scorer's in
+    a class_cost group, else ``row_key``), ``q_score`` (the Lattice score, or None) with
+    ``q_score_detail`` (its terms and weights, ``Score.to_dict()``), ``q_starving``
+    and ``q_deficit`` (fair_share). Held work, work waiting on a dependency and array tasks past
+    their throttle are not among them, as in the pass."""
+    now = now or timezone.now()
     held = set(holds_of(group))
-    qs = ordered_pending(group, kind)
-    if kind == "rank":
-        qs = qs.annotate(q_rank=Coalesce("rank", "session_type__rank"))
-    if kind == "fair_share":
-        qs = qs.annotate(q_starving=Case(When(fs_starving=0, then=Value(True)), default=Value(False),
-                                         output_field=BooleanField()))
-    terms = tuple(column for _, column, _ in ORDER_TERMS[kind])
-    rows = list(qs.values(*dict.fromkeys(("id", "submitted_at", *terms, *fields))))
-    for row in rows:
-        row["holds_nodes"] = row["id"] in held
-    return sorted(rows, key=lambda r: not r["holds_nodes"])
+    standing = standing_by_tenant(group, now) if kind == "fair_share" else {}
+    if kind == "class_cost":
+        scorer = QueueScorer(load_snapshot(group), now)
+        rows = pending_queue(group, kind, max(SCORED_WINDOW - len(held), 1), held, scorer=scorer, fields=fields)
+        if len(rows) >= SCORED_WINDOW:
+            seen = {r["id"] for r in rows}
+            rows += [r for r in within_throttle(schedulable(group), held).order_by(*QUEUE_ORDER[kind])
+                     .values(*queue_fields(fields)) if r["id"] not in seen]
+        for r in rows:
+            scored = scorer.scores.get(r["id"])
+            r["q_score"] = scored.total if scored is not None else None
+            r["q_score_detail"] = scored.to_dict() if scored is not None else None
+            r["q_key"] = scorer.key(r) if scored is not None else (_LAST, *row_key(kind, r, standing))
+    else:
+        count = schedulable(group).count()
+        rows = pending_queue(group, kind, count, held, standing=standing, fields=fields)
+        for r in rows:
+            r["q_key"], r["q_score"] = row_key(kind, r, standing), None
+    for r in rows:
+        r["holds_nodes"] = r["id"] in held
+        mine = standing.get(r["tenant_id"])
+        r["q_starving"], r["q_deficit"] = bool(mine and mine.starving), mine.deficit if mine else 0.0
+    return rows
 
 
 def _by_deficit(qs: Any, standing: dict[int, Standing]) -> Any:

@@ -42,8 +42,12 @@ class QueueScorer:
 
     def order(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.scores = score_rows(self.snap, rows, self.now, self.standing)
-        return sorted(rows, key=lambda r: (-round(self.scores[r["id"]].total, 9), -r["preemption_class"],
-                                           -r["priority"], r["submitted_at"], r["id"]))
+        return sorted(rows, key=self.key)
+
+    def key(self, r: dict[str, Any]) -> tuple:
+        """The order of a scored row: smaller first (``order`` sorts by it, the queue view shows it)."""
+        return (-round(self.scores[r["id"]].total, 9), -r["preemption_class"], -r["priority"], r["submitted_at"],
+                r["id"])
 
     def record_of(self, alloc_id: int) -> dict[str, Any] | None:
         scored = self.scores.get(alloc_id)

@@ -36,15 +36,16 @@ from scheduling.models import (
     VCluster,
 )
 from scheduling.passes.fairshare import standings
-from scheduling.passes.queue import pending_queue
-from scheduling.passes.score import QueueScorer
-from scheduling.passes.snapshot import load_snapshot, policy_of
+from scheduling.passes.snapshot import policy_of
 from scheduling.permissions import operator_required
+from scheduling.queue_view import GroupQueue
 from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
 from scheduling.waiting import why_waiting
 from scheduling.web.confirm import confirmation
 from scheduling.web.decision_view import decision_title, readable_candidates
 from scheduling.web.paging import older_page
+
+QUEUE_SHOWN = 100  # requests on the group page, by position, then those set aside
 
 
 @operator_required
@@ -56,15 +57,13 @@ def group_detail(request: HttpRequest, name: str) -> HttpResponse:
             "node_id", "allocation_id"):
         on.setdefault(node_id, []).append(alloc_id)
     policy = policy_of(group)
-    # A class_cost queue is shown in the pass's order, the Lattice score, computed now.
-    scorer = QueueScorer(load_snapshot(group), timezone.now()) if policy.kind == "class_cost" else None
-    queue = pending_queue(group, policy.kind, 100, scorer=scorer)
+    # The pass's own order (the Lattice score in a class_cost group), then the work it leaves out.
+    queue = GroupQueue(group, request.user).page(0, QUEUE_SHOWN)
     latest: dict[int, PreemptionDecision] = {}
     for d in PreemptionDecision.objects.filter(preemptor_id__in=[r["id"] for r in queue]).order_by("id"):
         latest[d.preemptor_id] = d  # the last one wins
     reasons = why_waiting(group, [r["id"] for r in queue])
-    rows = [{**r, "why": latest.get(r["id"]), "reason": reasons.get(r["id"]),
-             "score": scorer.scores[r["id"]].total if scorer else None} for r in queue]
+    rows = [{**r, "why": latest.get(r["id"]), "reason": reasons.get(r["id"])} for r in queue]
     shares = standings(group, timezone.now(), policy) if policy.kind == "fair_share" else []
     return render(request, "ops/group.html", {"group": group, "nodes": [(n, on.get(n.pk, [])) for n in nodes],
                                               "queue": rows, "shares": shares})

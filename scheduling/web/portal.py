@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
+from django.db.models import Max, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -22,6 +22,7 @@ from scheduling.errors import DomainError
 from scheduling.exits import exit_explanation
 from scheduling.models import (
     Allocation,
+    JobArray,
     Placement,
     PlacementDevice,
     ResourceGroup,
@@ -30,7 +31,13 @@ from scheduling.models import (
 )
 from scheduling.permissions import is_operator
 from scheduling.queue_view import position_of
-from scheduling.selectors import allocations_visible, events_of, explanation, tenant_ids
+from scheduling.selectors import (
+    allocations_visible,
+    array_counts,
+    events_of,
+    explanation,
+    tenant_ids,
+)
 from scheduling.states import FINAL, State
 from scheduling.waiting import why_waiting
 from scheduling.web.confirm import confirmation
@@ -70,11 +77,35 @@ def jobs(request: HttpRequest) -> HttpResponse:
         qs = qs.filter(array_id=int(array))
     else:
         array = ""
+        qs = one_line_per_array(qs)
     mine, older = older_page(qs, request)
+    arrays = {} if array else _arrays_of(mine)
     return render(request, "jobs/list.html", {
-        "jobs": list(zip(mine, _risks(mine), strict=True)), "state": state, "states": State.values,
+        "jobs": [(j, risk, arrays.get(j.pk)) for j, risk in zip(mine, _risks(mine), strict=True)],
+        "state": state, "states": State.values,
         "array": array, "query": urlencode({k: v for k, v in (("state", state), ("array", array)) if v}),
         "next": older})
+
+
+def one_line_per_array(qs: QuerySet[Allocation]) -> QuerySet[Allocation]:
+    """An array's tasks as one row: its newest task among ``qs`` stands for it (so an array is on
+    one page only, where that task falls)."""
+    newest = qs.filter(array__isnull=False).values("array_id").annotate(newest=Max("id")).values("newest")
+    return qs.filter(Q(array__isnull=True) | Q(pk__in=newest))
+
+
+def _arrays_of(allocs: list[Allocation]) -> dict[int, dict[str, Any]]:
+    """For each array on the page: the array, its tasks' counts by state, and its tasks (the row
+    expands to them)."""
+    ids = [a.array_id for a in allocs if a.array_id is not None]
+    counts = array_counts(ids)
+    tasks: dict[int, list[Allocation]] = {pk: [] for pk in ids}
+    for task in Allocation.objects.filter(array_id__in=ids).order_by("array_index").only(
+            "id", "array_id", "array_index", "state", "held"):
+        tasks[task.array_id].append(task)
+    arrays = {ja.pk: ja for ja in JobArray.objects.filter(pk__in=ids)}
+    return {a.pk: {"array": arrays[a.array_id], "counts": counts[a.array_id], "tasks": tasks[a.array_id]}
+            for a in allocs if a.array_id is not None}
 
 
 @login_required

@@ -24,7 +24,7 @@ def test_the_job_page_shows_the_binding_limit_and_the_queue_position(
     page = login("alice", "pw-alice-123")
     page.goto(f"{live_server_url}/jobs/{mine.pk}/")
     place = page.locator(".queue-position").inner_text()
-    assert "Position 2 of 2 in the queue of rg-main: 1 ahead (1 by class)." in place
+    assert "Position 2 of 2 in the queue of rg-main: 1 ahead (1 by score)." in place
     reason = page.locator(".reason").inner_text()
     assert reason.startswith("RESOURCES Not enough free capacity where it may run")
     assert f"#{theirs.pk}" not in page.content() and "chemistry" not in page.content()

@@ -179,9 +179,13 @@ def test_queue_prints_positions_and_reasons_like_squeue(lattice, resource_group,
     code, out = lattice("queue", "--state", "pending", "--format", "id,pos,why")
     assert code == 0 and out.splitlines()[1].startswith(f"{waiting.pk:<8} 2     Not enough free capacity")
     assert lattice("queue", "--format", "id,bogus")[0] == 2
+    code, out = lattice("queue", "--state", "pending", "--format", "id,score")  # the Lattice score orders it
+    score = float(out.splitlines()[1].split()[1])
+    assert 0 < score <= 1
+    assert lattice("queue", "--state", "bogus")[0] == 1  # the server names the filter
     code, out = lattice("explain", str(waiting.pk))
     assert "why it waits (RESOURCES): Not enough free capacity" in out
-    assert "place in the queue: 2 of 2, 1 ahead (1 by class)" in out
+    assert "place in the queue: 2 of 2, 1 ahead (1 by score)" in out
 
 
 def test_usage_prints_gpu_hours_as_a_table_and_csv(lattice, make_allocation):
@@ -198,3 +202,21 @@ def test_usage_prints_gpu_hours_as_a_table_and_csv(lattice, make_allocation):
     assert code == 0 and out.splitlines() == ["user,gpu_seconds,gpu_hours,node_hours", "alice,7200,2.0,0.5"]
     code, out = lattice("usage", "--tenant", "chemistry")
     assert code == 1
+
+
+def test_an_array_is_one_line_in_list_and_its_pending_tasks_one_line_in_queue(lattice, resource_group):
+    code, out = lattice("submit", "--group", "rg-main", "--vcluster", "hpc", "--gpus", "1", "--array", "0-3%1",
+                        "--", "train")
+    assert code == 0, out
+    tasks = list(Allocation.objects.order_by("array_index"))
+    array = tasks[0].array_id
+    schedule_pass(resource_group.pk)
+    assert [t.state for t in Allocation.objects.order_by("array_index")] == ["running", *["pending"] * 3]
+    code, out = lattice("list")
+    assert code == 0 and out.splitlines() == [
+        f"array #{array:<5} 0-3%1         rg-main  4 tasks: 3 pending, 1 running"]
+    code, out = lattice("list", "--array", str(array))
+    assert len(out.splitlines()) == 4
+    code, out = lattice("queue", "--format", "id,state,pos,reason")
+    lines = [line.split() for line in out.splitlines()[1:]]
+    assert lines == [[f"{array}_[1-3]", "pending", "-", "(ARRAY_THROTTLE)"], [str(tasks[0].pk), "running", "-", "-"]]

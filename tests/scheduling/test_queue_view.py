@@ -1,5 +1,6 @@
 """GET /api/v1/resource-groups/{name}/queue/: positions as the pass orders the queue, for operators
-and for tenants (who see only their own work), against an order computed here from the rules."""
+and for tenants (who see only their own work), against an order computed here from the rules of a
+priority group (a class_cost group's order is the score's: test_queue_order.py runs the pass)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ JOBS = [("physics", 3, 10, 5), ("chemistry", 3, 10, 9), ("physics", 5, 10, 1), (
 
 @pytest.fixture
 def queue(resource_group, vcluster_hpc, node_gpu_a, tenant_physics, tenant_chemistry):
+    resource_group.policy = {"kind": "priority"}
+    resource_group.save()
     now = timezone.now()
     tenants = {"physics": tenant_physics, "chemistry": tenant_chemistry}
     made = []
@@ -29,15 +32,15 @@ def queue(resource_group, vcluster_hpc, node_gpu_a, tenant_physics, tenant_chemi
             resource_group=resource_group, tenant=t, user=t.memberships.first().user, vcluster=vcluster_hpc,
             state="pending", node_count=1, per_node_gpu=8, preemption_class=klass, priority=priority,
             submitted_at=now - timedelta(minutes=ago)))
-    # The last one (class 0) is a preemptor already holding a node: it goes first whatever its key.
+    # The last one (priority 0) is a preemptor already holding a node: it goes first whatever its key.
     Placement.objects.create(allocation=made[-1], node=Node.objects.get(name="gpu-a"), kind="held")
     return made
 
 
 def _expected(allocs):
-    """docs/decisions.md: holders first, then higher class, higher priority, earlier, lower id."""
+    """docs/decisions.md: holders first, then higher priority, earlier, lower id."""
     held = set(Placement.objects.filter(kind="held").values_list("allocation_id", flat=True))
-    return sorted(allocs, key=lambda a: (a.pk not in held, -a.preemption_class, -a.priority, a.submitted_at, a.pk))
+    return sorted(allocs, key=lambda a: (a.pk not in held, -a.priority, a.submitted_at, a.pk))
 
 
 def test_operators_read_every_position_in_the_passs_order(api_for, operator, queue):
@@ -45,10 +48,10 @@ def test_operators_read_every_position_in_the_passs_order(api_for, operator, que
     expected = _expected(queue)
     assert [r["id"] for r in body["results"]] == [a.pk for a in expected]
     assert [r["position"] for r in body["results"]] == list(range(1, len(queue) + 1))
-    assert body["kind"] == "class_cost" and body["count"] == body["queued"] == len(queue)
+    assert body["kind"] == "priority" and body["count"] == body["queued"] == len(queue)
     first = body["results"][0]
     assert first["order"][0] == {"term": "holds_nodes", "value": True} and first["tenant"] == "chemistry"
-    assert [t["term"] for t in first["order"]] == ["holds_nodes", "class", "priority", "submitted_at"]
+    assert [t["term"] for t in first["order"]] == ["holds_nodes", "priority", "submitted_at"]
     # Paged by position.
     page = api_for("op").get("/api/v1/resource-groups/rg-main/queue/?offset=3&limit=2").json()
     assert [r["position"] for r in page["results"]] == [4, 5] and "offset=5" in page["next"]
@@ -68,8 +71,8 @@ def test_a_tenant_sees_its_own_positions_and_only_counts_the_rest(api_for, queue
     position, job = theirs[-1]
     counted: dict[str, int] = {}
     for other in expected[: position - 1]:
-        term = ("holds_nodes" if other is expected[0] else "class" if other.preemption_class != job.preemption_class
-                else "priority" if other.priority != job.priority else "submitted_at")
+        term = ("holds_nodes" if other is expected[0] else "priority" if other.priority != job.priority
+                else "submitted_at" if other.submitted_at != job.submitted_at else "id")
         counted[term] = counted.get(term, 0) + 1
     assert body["results"][-1]["ahead"] == position - 1 and body["results"][-1]["ahead_by"] == counted
 
