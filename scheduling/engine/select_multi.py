@@ -27,7 +27,6 @@ import numpy as np
 from .cluster import EPS, BArr, FArr, IArr
 from .placement import RequestView, give_back
 from .select import COST_EPS, _Best, _better
-from .select_bounds import node_entries
 
 MULTI_EXACT_LIMIT = 30
 COVERS_EXACT = 64  # minimal covers kept per node in the exact search (the cheapest)
@@ -36,6 +35,7 @@ COVER_STEPS = 4_000  # subsets tried per node while listing its covers
 NODE_SLACK = 16  # large: nodes searched per group beyond the ones needed
 BNB_STEPS = 200_000  # branch and bound steps before it keeps the best found
 SWAP_EVALS = 20_000  # large: swaps tried
+FALLBACK_NODES = 4_096  # large: the fallback's nodes per group (the best-bounded)
 
 
 @dataclass(slots=True)
@@ -50,74 +50,131 @@ class _Node:
     covers: list[_Cover]
 
 
+@dataclass(slots=True)
+class _Ctx:
+    """One group's search: its nodes (cheapest cover first), how many must qualify, the bound,
+    each candidate's cost as a plain float, and where the best set found so far is kept."""
+    nodes: list[_Node]
+    want: int
+    bound: int | None
+    price: dict[int, float]
+    start: FArr
+    rank: IArr
+    best: _Best
+    shared: bool  # some candidate is in covers of two nodes (a gang)
+
+    def extra(self, cover: _Cover, union: frozenset[int]) -> float:
+        return sum(self.price[s] for s in cover.slots - union) if union else cover.cost
+
+    def total(self, union: Iterable[int]) -> float:
+        return sum(self.price[s] for s in union)
+
+    def offer(self, union: Iterable[int]) -> None:
+        victims = sorted(union)
+        total = self.total(victims)
+        if _better(total, victims, self.best, self.start, self.rank):
+            self.best.victims, self.best.cost = victims, total
+
+
 def multi_node_best(view: RequestView, ents: IArr, potential: BArr, cost: FArr, start: FArr, rank: IArr,
                     bound: int | None, eligible: int) -> _Best:
     """The best set for a request of several nodes (see the module's words)."""
     exact = eligible <= MULTI_EXACT_LIMIT
     best = _Best()
-    in_pool = np.zeros(len(view.cluster.e_alloc), dtype=bool)
-    in_pool[ents] = True
+    score: FArr | None = None
     for g in view.groups.tolist():
         want = view.k - int(view.base_count[g]) - int(view.lendable_cap[g])
         cand = np.flatnonzero(potential & (view.group == g))
         if want <= 0 or len(cand) < want:
             continue
         if not exact:
-            cand = _best_bounded(view, in_pool, cand, cost, want + NODE_SLACK)
-        nodes = _nodes(view, in_pool, cand, cost, bound, COVERS_EXACT if exact else COVERS_LARGE)
-        found = _Best()
-        _greedy(nodes, want, bound, cost, start, rank, found)
+            score = _node_scores(view, ents, potential, cost) if score is None else score
+            cand = _best_bounded(score, cand, want + NODE_SLACK)
+        ctx = _ctx(_nodes(view, ents, cand, cost, bound, COVERS_EXACT if exact else COVERS_LARGE),
+                   want, bound, cost, start, rank)
+        _greedy(ctx)
         if exact:
-            _branch_and_bound(nodes, want, bound, cost, start, rank, found)
-        else:
-            _swaps(nodes, want, bound, cost, start, rank, found)
-        if found.victims is None:
+            _branch_and_bound(ctx)
+        elif ctx.shared or bound is not None:  # else the greedy's nodes are each at their cheapest
+            _swaps(ctx)
+        if ctx.best.victims is None:
             every = np.flatnonzero(potential & (view.group == g))
-            _fewest(_nodes(view, in_pool, every, cost, bound, COVERS_LARGE, by_size=True), want, bound,
-                    cost, start, rank, found)
-        if found.victims is None:
+            if score is not None:
+                every = _best_bounded(score, every, FALLBACK_NODES)
+            fallback = _ctx(_nodes(view, ents, every, cost, bound, COVERS_LARGE, by_size=True),
+                            want, bound, cost, start, rank)
+            _fewest(fallback)
+            ctx = fallback
+        found = ctx.best.victims
+        if found is None:
             continue
-        kept = give_back(view, sorted(found.victims, key=lambda s: (-float(cost[s]), -int(rank[s]))))
-        total = float(cost[kept].sum()) if kept else 0.0
-        if _better(total, kept, best, start, rank):
-            best.victims, best.cost = kept, total
+        if any(len(view.cluster.a_entries[s]) > 1 for s in found):
+            # A gang may make another node qualify and a victim there needless: give back.
+            found = give_back(view, sorted(found, key=lambda s: (-ctx.price[s], -int(rank[s]))))
+        total = ctx.total(found)
+        if _better(total, found, best, start, rank):
+            best.victims, best.cost = found, total
     return best
 
 
-def _best_bounded(view: RequestView, in_pool: BArr, cand: IArr, cost: FArr, keep: int) -> IArr:
-    """The ``keep`` nodes whose candidates' cheapest set could cost least (a node that one
-    candidate frees is bounded by that candidate; any other by the cost of all of them)."""
+def _ctx(nodes: list[_Node], want: int, bound: int | None, cost: FArr, start: FArr, rank: IArr) -> _Ctx:
+    seen: set[int] = set()
+    shared = False
+    for nd in nodes:
+        mine = {s for cover in nd.covers for s in cover.slots}
+        shared = shared or not seen.isdisjoint(mine)
+        seen |= mine
+    price = dict(zip(sorted(seen), cost[sorted(seen)].tolist(), strict=True))
+    return _Ctx(nodes, want, bound, price, start, rank, _Best(), shared)
+
+
+def _node_scores(view: RequestView, ents: IArr, potential: BArr, cost: FArr) -> FArr:
+    """Per node, what its candidates' cheapest set could cost: the cheapest candidate that frees
+    enough alone, else all of them (infinite off the potential nodes). Vectorised: every node."""
+    cluster = view.cluster
+    n = len(cluster.node_names)
+    nodes = cluster.e_node[ents]
+    c = cost[cluster.e_alloc[ents]]
+    score = np.bincount(nodes, weights=c, minlength=n)
+    if not view.exclusive:
+        alone = np.ones(len(ents), dtype=bool)
+        for r in view.need_idx.tolist():
+            alone &= view.free[nodes, r] + cluster.e_res[ents, r] + EPS >= view.need[r]
+        single = np.full(n, np.inf)
+        np.minimum.at(single, nodes[alone], c[alone])
+        score = np.minimum(score, single)
+    result: FArr = np.where(potential, score, np.inf)
+    return result
+
+
+def _best_bounded(score: FArr, cand: IArr, keep: int) -> IArr:
+    """The ``keep`` nodes of ``cand`` with the lowest scores (ties: lower index), in index order."""
     if len(cand) <= keep:
         return cand
-    cluster = view.cluster
-    grouped, starts = node_entries(cluster)
-    score = np.empty(len(cand))
-    for i, node in enumerate(cand.tolist()):
-        here = grouped[starts[node]:starts[node + 1]]
-        here = here[in_pool[here]]
-        c = cost[cluster.e_alloc[here]]
-        alone = np.all(view.free[node, view.need_idx] + cluster.e_res[here][:, view.need_idx] + EPS
-                       >= view.need[view.need_idx], axis=1) if not view.exclusive else np.zeros(len(here), bool)
-        score[i] = float(c[alone].min()) if alone.any() else float(c.sum())
-    order = np.lexsort((cand, score))[:keep]
+    order = np.lexsort((cand, score[cand]))[:keep]
     result: IArr = cand[np.sort(order)]
     return result
 
 
-def _nodes(view: RequestView, in_pool: BArr, cand: IArr, cost: FArr, bound: int | None, keep: int,
+def _nodes(view: RequestView, ents: IArr, cand: IArr, cost: FArr, bound: int | None, keep: int,
            by_size: bool = False) -> list[_Node]:
+    """The nodes ``cand`` (ascending) with their covers, cheapest cover first."""
     cluster = view.cluster
-    grouped, starts = node_entries(cluster)
+    on = np.zeros(len(cluster.node_names), dtype=bool)
+    on[cand] = True
+    mine = ents[on[cluster.e_node[ents]]]
+    mine = mine[np.argsort(cluster.e_node[mine], kind="stable")]
+    lo = np.searchsorted(cluster.e_node[mine], cand).tolist()
+    hi = np.searchsorted(cluster.e_node[mine], cand, side="right").tolist()
     out = []
-    for node in cand.tolist():
-        here = grouped[starts[node]:starts[node + 1]]
-        here = here[in_pool[here]]
+    for node, a, b in zip(cand.tolist(), lo, hi, strict=True):
+        here = mine[a:b]
         slots = [int(s) for s in cluster.e_alloc[here]]
         if view.exclusive:
             covers = [_Cover(frozenset(slots), float(cost[slots].sum()))] if (
                 len(here) == int(cluster.count[node]) and (bound is None or len(slots) <= bound)) else []
         else:
-            amounts = [[float(x) for x in row] for row in cluster.e_res[here][:, view.need_idx]]
+            amounts: list[list[float]] = cluster.e_res[here][:, view.need_idx].tolist()
             deficit = [float(view.need[r] - view.free[node, r]) - EPS for r in view.need_idx.tolist()]
             covers = _covers(slots, amounts, deficit, cost, bound, keep, by_size)
         if covers:
@@ -164,47 +221,55 @@ def _covers(slots: list[int], amounts: list[list[float]], deficit: list[float], 
     return found[:keep]
 
 
-def _offer(union: Iterable[int], total: float, best: _Best, start: FArr, rank: IArr) -> None:
-    victims = sorted(union)
-    if _better(total, victims, best, start, rank):
-        best.victims, best.cost = victims, total
-
-
-def _extra(cover: _Cover, union: frozenset[int], cost: FArr) -> float:
-    return sum(float(cost[s]) for s in cover.slots - union)
-
-
-def _greedy(nodes: list[_Node], want: int, bound: int | None, cost: FArr, start: FArr, rank: IArr,
-            best: _Best) -> None:
-    """Add, ``want`` times, the node and cover that add the least cost (then fewest victims)."""
-    union: frozenset[int] = frozenset()
-    picked: set[int] = set()
-    for _ in range(want):
-        choice: tuple[float, int, int, _Cover] | None = None
-        for i, nd in enumerate(nodes):
-            if i in picked:
-                continue
-            for cover in nd.covers:
-                grown = union | cover.slots
-                if bound is not None and len(grown) > bound:
-                    continue
-                key = (_extra(cover, union, cost), len(grown), i)
-                if choice is None or key < choice[:3]:
-                    choice = (*key, cover)
-        if choice is None:
-            return
-        picked.add(choice[2])
-        union = union | choice[3].slots
-    _offer(union, float(cost[sorted(union)].sum()), best, start, rank)
-
-
-def _branch_and_bound(nodes: list[_Node], want: int, bound: int | None, cost: FArr, start: FArr, rank: IArr,
-                      best: _Best) -> None:
-    helps: dict[int, int] = {}
-    for nd in nodes:
+def _helps(ctx: _Ctx) -> dict[int, list[int]]:
+    """For each candidate, the nodes (indices into ctx.nodes) with a cover holding it."""
+    out: dict[int, list[int]] = {}
+    for i, nd in enumerate(ctx.nodes):
         for s in {s for cover in nd.covers for s in cover.slots}:
-            helps[s] = helps.get(s, 0) + 1
-    share = {s: float(cost[s]) / count for s, count in helps.items()}
+            out.setdefault(s, []).append(i)
+    return out
+
+
+def _greedy(ctx: _Ctx) -> None:
+    """Add, ``want`` times, the node and cover that add the least cost (then fewest victims).
+    A node's best option changes only when a chosen cover shares a candidate with it."""
+    helps = _helps(ctx)
+    union: frozenset[int] = frozenset()
+    options: dict[int, tuple[float, int, int, _Cover] | None] = {}
+
+    def option(i: int) -> tuple[float, int, int, _Cover] | None:
+        choice: tuple[float, int, int, _Cover] | None = None
+        for cover in ctx.nodes[i].covers:
+            grown = len(union | cover.slots) if union else len(cover.slots)
+            if ctx.bound is not None and grown > ctx.bound:
+                continue
+            key = (ctx.extra(cover, union), grown, i)
+            if choice is None or key < choice[:3]:
+                choice = (*key, cover)
+        return choice
+
+    for i in range(len(ctx.nodes)):
+        options[i] = option(i)
+    for _ in range(ctx.want):
+        live = [o for o in options.values() if o is not None]
+        if not live:
+            return
+        pick = min(live, key=lambda o: o[:3])
+        del options[pick[2]]
+        added = pick[3].slots - union
+        union = union | pick[3].slots
+        stale = {j for s in added for j in helps[s]}
+        if ctx.bound is not None:
+            stale = set(options)  # the bound left is smaller for every node
+        for j in stale & set(options):
+            options[j] = option(j)
+    ctx.offer(union)
+
+
+def _branch_and_bound(ctx: _Ctx) -> None:
+    nodes, want, bound = ctx.nodes, ctx.want, ctx.bound
+    share = {s: ctx.price[s] / len(at) for s, at in _helps(ctx).items()}
+    best = ctx.best
     steps = 0
 
     def still_to_pay(i: int, need: int, union: frozenset[int]) -> float:
@@ -215,49 +280,48 @@ def _branch_and_bound(nodes: list[_Node], want: int, bound: int | None, cost: FA
         nonlocal steps
         steps += 1
         if picked == want:
-            _offer(union, total, best, start, rank)
+            ctx.offer(union)
             return
         need = want - picked
         if len(nodes) - i < need or steps > BNB_STEPS:
             return
         if best.victims is not None and total + still_to_pay(i, need, union) > best.cost + COST_EPS:
             return
-        options = sorted(nodes[i].covers, key=lambda c: (_extra(c, union, cost), len(c.slots)))
+        options = sorted(nodes[i].covers, key=lambda c: (ctx.extra(c, union), len(c.slots)))
         for cover in options:
             grown = union | cover.slots
             if bound is None or len(grown) <= bound:
-                dfs(i + 1, picked + 1, grown, total + _extra(cover, union, cost))
+                dfs(i + 1, picked + 1, grown, total + ctx.extra(cover, union))
         dfs(i + 1, picked, union, total)
 
     dfs(0, 0, frozenset(), 0.0)
 
 
-def _swaps(nodes: list[_Node], want: int, bound: int | None, cost: FArr, start: FArr, rank: IArr,
-           best: _Best) -> None:
+def _swaps(ctx: _Ctx) -> None:
     """Large instances: from the greedy's set, replace one chosen node's cover by another
     node's (or another cover of its own) while that lowers the cost."""
+    best = ctx.best
     if best.victims is None:
         return
-    chosen = _assign(nodes, set(best.victims))
+    chosen = _assign(ctx.nodes, set(best.victims))
     evals = 0
     improved = True
     while improved and evals < SWAP_EVALS:
         improved = False
         for out_i in list(chosen):
             rest = frozenset().union(*(c.slots for i, c in chosen.items() if i != out_i))
-            for in_i, nd in enumerate(nodes):
+            rest_cost = ctx.total(rest)
+            for in_i, nd in enumerate(ctx.nodes):
                 if in_i in chosen and in_i != out_i:
                     continue
                 for cover in nd.covers:
                     evals += 1
-                    grown = rest | cover.slots
-                    if bound is not None and len(grown) > bound:
+                    if ctx.bound is not None and len(rest | cover.slots) > ctx.bound:
                         continue
-                    total = float(cost[sorted(grown)].sum())
-                    if total < best.cost - COST_EPS:
+                    if rest_cost + ctx.extra(cover, rest) < best.cost - COST_EPS:
                         del chosen[out_i]
                         chosen[in_i] = cover
-                        best.victims, best.cost = sorted(grown), total
+                        ctx.offer(rest | cover.slots)
                         improved = True
                         break
                 if improved or evals >= SWAP_EVALS:
@@ -277,26 +341,29 @@ def _assign(nodes: list[_Node], union: set[int]) -> dict[int, _Cover]:
     return out
 
 
-def _fewest(nodes: list[_Node], want: int, bound: int | None, cost: FArr, start: FArr, rank: IArr,
-            best: _Best) -> None:
-    """The fallback: the greedy again, over every potential node's smallest covers, adding the
-    node whose cover adds the fewest victims."""
+def _fewest(ctx: _Ctx) -> None:
+    """The fallback: over every potential node's smallest covers, add the cover that makes nodes
+    qualify for the fewest new victims each (a gang freeing three nodes counts a third per node),
+    then the cheapest; every node it makes qualify counts as chosen."""
+    helps = _helps(ctx)
     union: frozenset[int] = frozenset()
-    picked: set[int] = set()
-    for _ in range(want):
-        choice: tuple[int, float, int, _Cover] | None = None
-        for i, nd in enumerate(nodes):
-            if i in picked:
+    done: set[int] = set()
+    while len(done) < ctx.want:
+        choice: tuple[float, float, int, frozenset[int], set[int]] | None = None
+        for i, nd in enumerate(ctx.nodes):
+            if i in done:
                 continue
             for cover in nd.covers:
                 grown = union | cover.slots
-                if bound is not None and len(grown) > bound:
+                if ctx.bound is not None and len(grown) > ctx.bound:
                     continue
-                key = (len(grown), _extra(cover, union, cost), i)
+                near = {j for s in cover.slots for j in helps[s]} - done
+                gained = {j for j in near if any(c.slots <= grown for c in ctx.nodes[j].covers)}
+                key = ((len(grown) - len(union)) / len(gained), ctx.extra(cover, union), i)
                 if choice is None or key < choice[:3]:
-                    choice = (*key, cover)
+                    choice = (*key, grown, gained)
         if choice is None:
             return
-        picked.add(choice[2])
-        union = union | choice[3].slots
-    _offer(union, float(cost[sorted(union)].sum()), best, start, rank)
+        union = choice[3]
+        done |= choice[4]
+    ctx.offer(union)

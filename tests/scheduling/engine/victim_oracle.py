@@ -24,11 +24,12 @@ STARTS = ["2026-05-01T04:00:00Z", "2026-05-01T08:00:00Z", "2026-05-01T10:30:00Z"
 MAX_ELIGIBLE = 30
 
 
-def generate(pick: Pick, min_eligible: int = 0) -> dict[str, Any]:
+def generate(pick: Pick, min_eligible: int = 0, multi: bool = False) -> dict[str, Any]:
     """A packed cluster of 3 to 12 nodes, whole-node and partial-node work, gangs across nodes,
     and a pending request for 1 to 4 nodes of 1, 2, 4 or 8 GPUs. At most MAX_ELIGIBLE candidates
     are eligible (class below the request's); ``min_eligible`` asks for at least that many where
-    the cluster has room for them (above 20: 6 to 15 nodes, so that there is room)."""
+    the cluster has room for them (above 20: 6 to 15 nodes, so that there is room); ``multi``
+    asks for 2 to 4 nodes."""
     n_nodes = pick(range(6, 16) if min_eligible > 20 else range(3, 13))
     nodes = [{"name": f"n{i}", "capacity": {"gpu": pick([8, 8, 8, 4]), "cpu": 64},
               "state": pick(["ready"] * 12 + ["down"])} for i in range(n_nodes)]
@@ -64,7 +65,7 @@ def generate(pick: Pick, min_eligible: int = 0) -> dict[str, Any]:
             "walltime_minutes": pick([None, None, None, 600, 2000]),
         }
         running.append(alloc)
-    pending = {"id": "p", "nodes": pick([1, 1, 2, 2, 3, 4]), "per_node": {"gpu": pick([1, 2, 4, 8, 8])},
+    pending = {"id": "p", "nodes": pick([2, 2, 3, 4] if multi else [1, 1, 2, 2, 3, 4]), "per_node": {"gpu": pick([1, 2, 4, 8, 8])},
                "preemption_class": request_class, "exclusive": pick([False] * 9 + [True])}
     return {"now": NOW, "policy": {"kind": "class_cost", "max_victims": pick([2, 3, 3, 4, None])},
             "nodes": nodes, "running": running, "pending": pending}
