@@ -125,8 +125,11 @@ class Cluster:
         self.version = 0
         self.state_version = 0  # bumped by state-only changes, which leave cached values in place
         self._cache: dict[Any, Any] = {}
-        for a in running:
-            self.add(a)
+        if len({a.id for a in running}) == len(running):
+            self._add_all(running)
+        else:  # a repeated id replaces the earlier allocation, as add() does
+            for a in running:
+                self.add(a)
 
     # -- indexes -----------------------------------------------------------------
     def _vc(self, name: str | None) -> int:
@@ -310,6 +313,80 @@ class Cluster:
         self.a_on_borrowed[slot] = on_borrowed
         self.a_borrow_home[slot] = borrow_home
         self.version += 1
+
+    def _add_all(self, running: list[Allocation]) -> None:
+        """What ``add`` does for each of ``running`` (distinct ids) into a fresh snapshot, one
+        column at a time: a 500,000-allocation snapshot without 500,000 calls of ``add``."""
+        n = len(running)
+        self.objs[:n] = running
+        self.slot_of = {a.id: i for i, a in enumerate(running)}
+        self._next_slot = n
+        nan = math.nan
+        self.alive[:n] = True
+        self.a_ids[:n] = [a.id for a in running]
+        self.a_idkey[:n] = [_id_key(a.id) for a in running]
+        self.a_class[:n] = [a.preemption_class for a in running]
+        self.a_prio[:n] = [a.priority for a in running]
+        self.a_running[:n] = [a.state == "running" for a in running]
+        self.a_start[:n] = [nan if a.started_at is None else a.started_at for a in running]
+        self.a_wall[:n] = [nan if a.walltime_minutes is None else a.walltime_minutes for a in running]
+        self.a_ckpt[:n] = [CHECKPOINT_CODE[a.checkpoint] for a in running]
+        self.a_ckpt_min[:n] = [a.checkpoint_minutes for a in running]
+        self.a_last_ckpt[:n] = [nan if a.last_checkpoint_at is None else a.last_checkpoint_at for a in running]
+        self.a_sens[:n] = [a.is_sensitive for a in running]
+        self.a_prot[:n] = [-math.inf if a.protected_until is None else a.protected_until for a in running]
+        self.a_preemptible[:n] = [a.preemptible for a in running]
+        self.a_jobtypes[:n] = [sum(JOBTYPE_BIT[t] for t in a.job_types) for a in running]
+        self.a_pcount[:n] = [a.preempted_count for a in running]
+        self.a_tenant[:n] = [self._tenant(a.tenant) for a in running]
+        self.a_user[:n] = [self._user(a.user) for a in running]
+        self.a_vc[:n] = [self._vc(a.vcluster) for a in running]
+        self.a_st[:n] = [self.st_index.get(a.session_type or "", self.st_default) for a in running]
+        st_rank = self.st_rank[self.a_st[:n]].tolist()
+        self.a_rank[:n] = [st_rank[i] if a.rank is None else a.rank for i, a in enumerate(running)]
+        self._add_all_entries(running)
+        self.version += n
+
+    def _add_all_entries(self, running: list[Allocation]) -> None:
+        n, n_res = len(running), len(self.res_names)
+        e_slot: list[int] = []
+        e_node: list[int] = []
+        cols: list[list[float]] = [[] for _ in range(n_res)]
+        first_gpu: list[float] = []
+        index = self.node_index
+        for slot, a in enumerate(running):
+            names = sorted(a.placement)
+            first_gpu.append((a.placement[names[0]].get("gpu", 0.0) if names else 0.0) or 1.0)
+            for nname in names:
+                e_slot.append(slot)
+                e_node.append(index[nname])
+                amounts = a.placement[nname]
+                for name, col in zip(self.res_names, cols, strict=True):
+                    col.append(amounts.get(name, 0.0))
+        m = len(e_slot)
+        slots, nodes = np.array(e_slot, dtype=np.int64), np.array(e_node, dtype=np.int64)
+        self.e_alloc[:m], self.e_node[:m], self.e_alive[:m] = slots, nodes, True
+        for r in range(n_res):
+            self.e_res[:m, r] = cols[r]
+            self.used[:, r] += np.bincount(nodes, weights=self.e_res[:m, r], minlength=len(self.node_names))
+            self.a_held[:n, r] = np.bincount(slots, weights=self.e_res[:m, r], minlength=n)
+        self.count += np.bincount(nodes, minlength=len(self.node_names))
+        self._next_entry = m
+        bounds = np.searchsorted(slots, np.arange(n + 1)).tolist()
+        self.a_entries = {s: list(range(bounds[s], bounds[s + 1])) for s in range(n)}
+        self.a_nnodes[:n] = np.diff(bounds)
+        self.a_first_gpu[:n] = first_gpu
+        for r in range(n_res):
+            self.t_used[:, r] += np.bincount(self.a_tenant[:n], weights=self.a_held[:n, r],
+                                             minlength=len(self.t_used))
+        vc, home = self.a_vc[:n][slots], self.node_vc[nodes]
+        self.a_on_borrowed[:n] = np.bincount(slots[(home != NO_VC) & (home != vc)], minlength=n) > 0
+        lent = (vc != NO_VC) & (home != NO_VC) & (self.node_bb[nodes] == vc)
+        hi = np.full(n, NO_VC, dtype=np.int64)
+        lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+        np.maximum.at(hi, slots[lent], home[lent])
+        np.minimum.at(lo, slots[lent], home[lent])
+        self.a_borrow_home[:n] = np.where(hi == NO_VC, NO_VC, np.where(hi == lo, hi, MIXED))
 
     def remove(self, alloc_id: str) -> Allocation | None:
         slot = self.slot_of.pop(alloc_id, None)

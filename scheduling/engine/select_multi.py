@@ -7,7 +7,7 @@ of those covers is feasible, costs no more and has no more victims. Costs are ne
 negative, so the best set is always such a union: the search chooses ``want`` nodes of
 one group and a minimal cover on each.
 
-- Exact (up to MULTI_EXACT_LIMIT eligible candidates): every potential node, every minimal
+- Exact (up to EXACT_LIMIT eligible candidates): every potential node, every minimal
   cover within the bound, branch and bound over nodes. The lower bound of what is still to
   pay charges each candidate's cost shared among the nodes it may help (a gang counted on
   two nodes is paid once), so it never exceeds the truth and nothing better is cut.
@@ -26,9 +26,8 @@ import numpy as np
 
 from .cluster import EPS, BArr, FArr, IArr
 from .placement import RequestView, give_back
-from .select import COST_EPS, _Best, _better
+from .select import COST_EPS, EXACT_LIMIT, _Best, _better
 
-MULTI_EXACT_LIMIT = 30
 COVERS_EXACT = 64  # minimal covers kept per node in the exact search (the cheapest)
 COVERS_LARGE = 8  # ... and in the large one
 COVER_STEPS = 4_000  # subsets tried per node while listing its covers
@@ -79,7 +78,7 @@ class _Ctx:
 def multi_node_best(view: RequestView, ents: IArr, potential: BArr, cost: FArr, start: FArr, rank: IArr,
                     bound: int | None, eligible: int) -> _Best:
     """The best set for a request of several nodes (see the module's words)."""
-    exact = eligible <= MULTI_EXACT_LIMIT
+    exact = eligible <= EXACT_LIMIT
     best = _Best()
     score: FArr | None = None
     for g in view.groups.tolist():
