@@ -491,7 +491,8 @@ class Cluster:
             if pos == end:
                 return value
             if end - pos <= KEPT_PATCH_NODES:
-                value = patch(value, np.unique(np.array(self._node_log[pos - self._log_base:], dtype=np.int64)))
+                touched = sorted(set(self._node_log[pos - self._log_base:]))
+                value = patch(value, np.array(touched, dtype=np.int64))
                 self._kept[key] = (self.struct_version, end, value)
                 return value
         value = build()

@@ -283,12 +283,12 @@ def _patched(cluster: Cluster, shape: dict[str, object], nodes: IArr) -> dict[st
     new["free"] = free
     kind = cast(IArr, shape["kind"])
     lenders = cast(IArr, shape["_lenders"])
-    if len(lenders):
+    open_ = nodes[(kind[nodes] == UNUSABLE) | (kind[nodes] == LENDABLE)] if len(lenders) else nodes[:0]
+    idle = (cast(BArr, shape["_ok"])[open_] & np.isin(cluster.node_vc[open_], lenders)
+            & (cluster.node_bb[open_] == NO_VC) & (cluster.count[open_] == 0)) if len(open_) else open_ > 0
+    if len(open_) and bool(np.any(idle != (kind[open_] == LENDABLE))):
         kind = kind.copy()
-        open_ = (kind[nodes] == UNUSABLE) | (kind[nodes] == LENDABLE)
-        idle = (cast(BArr, shape["_ok"])[nodes] & np.isin(cluster.node_vc[nodes], lenders)
-                & (cluster.node_bb[nodes] == NO_VC) & (cluster.count[nodes] == 0))
-        kind[nodes[open_]] = np.where(idle[open_], LENDABLE, UNUSABLE)
+        kind[open_] = np.where(idle, LENDABLE, UNUSABLE)
         new["kind"] = kind
         size = len(cast(IArr, shape["lendable_cap"]))
         new["lendable_cap"] = _lendable_cap(cluster, kind, codes, cast(dict[int, int], shape["lend_limit"]), size)
