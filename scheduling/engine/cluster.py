@@ -12,6 +12,7 @@ depend only on the snapshot (ids, walk orders) are cached per ``version``.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -144,7 +145,15 @@ class Cluster:
         self.struct_version = 0
         self._kept: dict[Any, tuple[int, int, Any]] = {}
         if len({a.id for a in running}) == len(running):
-            self._add_all(running)
+            # Building makes a list per allocation and no cycles: the collector, which would walk
+            # every object of the process again and again meanwhile, waits until the end.
+            paused = gc.isenabled()
+            gc.disable()
+            try:
+                self._add_all(running)
+            finally:
+                if paused:
+                    gc.enable()
         else:  # a repeated id replaces the earlier allocation, as add() does
             for a in running:
                 self.add(a)
