@@ -25,6 +25,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import scheduling.engine.cluster as cluster_module  # noqa: E402
@@ -62,14 +64,20 @@ def probe(samples: int) -> dict[str, float]:
 
 
 def exact_build(n_nodes: int, n_allocs: int) -> tuple[Any, Any, Any]:
-    """bench/synthetic.py's cluster with exactly ``n_allocs`` allocations: built a little over
-    the count asked, then cut to it (the last nodes keep less work)."""
+    """bench/synthetic.py's cluster with exactly ``n_allocs`` allocations: built with the fewest
+    more than asked (its count falls short of its target), then as many taken out, spread evenly
+    over the cluster (cutting the tail instead would leave the last nodes empty)."""
     target = n_allocs
     while True:
         nodes, allocs, tenants = build(n_nodes, target)
         if len(allocs) >= n_allocs:
-            return nodes, allocs[:n_allocs], tenants
-        target = int(target * n_allocs / max(1, len(allocs))) + n_nodes
+            break
+        target += max(1, n_allocs - len(allocs))
+    extra = len(allocs) - n_allocs
+    if extra:
+        drop = set(np.linspace(0, len(allocs) - 1, extra).astype(int).tolist())
+        allocs = [a for i, a in enumerate(allocs) if i not in drop]
+    return nodes, allocs, tenants
 
 
 def snapshot(n_nodes: int, n_allocs: int, repeats: int) -> Cluster:
