@@ -12,6 +12,7 @@ depend only on the snapshot (ids, walk orders) are cached per ``version``.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -32,6 +33,9 @@ JOBTYPE_BIT = {"exclusive": 1, "forced": 2, "backfill": 4}
 NO_VC = -1
 MIXED = -2
 CACHE_KEYS = 64  # cached values per snapshot; one decision uses about fifteen
+ID_WIDTH = 128  # characters of an id the snapshot keeps
+ID_START_WIDTH = 16
+KEPT_PATCH_NODES = 256  # node changes past which a kept value is built again, not patched
 
 
 NO_KEY = -1  # an id without an integer key (see _id_key)
@@ -45,6 +49,15 @@ def _id_key(ident: str) -> int:
     if len(ident) > 8 or not ident.isascii() or "\0" in ident:
         return NO_KEY
     return int.from_bytes(ident.encode("ascii").ljust(8, b"\0"), "big")
+
+
+def _id_keys(ids: list[str]) -> IArr | list[int]:
+    """``_id_key`` of each id; at once (as 8-byte big-endian integers) when every id qualifies."""
+    joined = "".join(ids)
+    if ids and max(map(len, ids)) <= 8 and joined.isascii() and "\0" not in joined:
+        keys: IArr = np.array(ids, dtype="S8").view(">u8").astype(np.int64)
+        return keys
+    return [_id_key(i) for i in ids]
 
 
 class Cluster:
@@ -125,8 +138,25 @@ class Cluster:
         self.version = 0
         self.state_version = 0  # bumped by state-only changes, which leave cached values in place
         self._cache: dict[Any, Any] = {}
-        for a in running:
-            self.add(a)
+        # Values kept across allocation changes and patched on the nodes those touched (``kept``):
+        # the nodes each add/remove touched, in order, and a version of everything else.
+        self._node_log: list[int] = []
+        self._log_base = 0  # what _node_log[0] is the position of
+        self.struct_version = 0
+        self._kept: dict[Any, tuple[int, int, Any]] = {}
+        if len({a.id for a in running}) == len(running):
+            # Building makes a list per allocation and no cycles: the collector, which would walk
+            # every object of the process again and again meanwhile, waits until the end.
+            paused = gc.isenabled()
+            gc.disable()
+            try:
+                self._add_all(running)
+            finally:
+                if paused:
+                    gc.enable()
+        else:  # a repeated id replaces the earlier allocation, as add() does
+            for a in running:
+                self.add(a)
 
     # -- indexes -----------------------------------------------------------------
     def _vc(self, name: str | None) -> int:
@@ -154,7 +184,8 @@ class Cluster:
         self._free_slots: list[int] = []
         self._next_slot = 0
         self.alive = np.zeros(size, dtype=bool)
-        self.a_ids = np.zeros(size, dtype="U128")
+        # Ids as wide as the longest so far (at most ID_WIDTH): a 500,000-row U128 column is 256 MB.
+        self.a_ids = np.zeros(size, dtype=f"U{ID_START_WIDTH}")
         self.a_idkey = np.full(size, NO_KEY, dtype=np.int64)  # see _id_key
         self.a_class = np.zeros(size, dtype=np.int64)
         self.a_prio = np.zeros(size, dtype=np.int64)
@@ -228,6 +259,7 @@ class Cluster:
         self.cap, self.used, self.t_used = widen(self.cap), widen(self.used), widen(self.t_used)
         self.a_held, self.e_res = widen(self.a_held), widen(self.e_res)
         self.total = np.concatenate([self.total, np.zeros(extra)])
+        self.struct_version += 1
 
     def vec(self, res: dict[str, float]) -> FArr:
         out = np.zeros(len(self.res_names))
@@ -255,6 +287,9 @@ class Cluster:
         vc = self._vc(alloc.vcluster)
         tenant = self._tenant(alloc.tenant)
         self.alive[slot] = True
+        width = self.a_ids.dtype.itemsize // 4
+        if len(alloc.id) > width and width < ID_WIDTH:
+            self.a_ids = self.a_ids.astype(f"U{min(ID_WIDTH, max(len(alloc.id), 2 * width))}")
         self.a_ids[slot] = alloc.id
         self.a_idkey[slot] = _id_key(alloc.id)
         self.a_class[slot] = alloc.preemption_class
@@ -299,6 +334,7 @@ class Cluster:
             held += amounts
             self.used[node] += amounts
             self.count[node] += 1
+            self._node_log.append(node)
             home = int(self.node_vc[node])
             if home != NO_VC and home != vc:
                 on_borrowed = True
@@ -311,6 +347,89 @@ class Cluster:
         self.a_borrow_home[slot] = borrow_home
         self.version += 1
 
+    def _add_all(self, running: list[Allocation]) -> None:
+        """What ``add`` does for each of ``running`` (distinct ids) into a fresh snapshot, one
+        column at a time: a 500,000-allocation snapshot without 500,000 calls of ``add``."""
+        n = len(running)
+        self.objs[:n] = running
+        self._next_slot = n
+        ids = [a.id for a in running]
+        self.slot_of = dict(zip(ids, range(n), strict=True))
+        self.alive[:n] = True
+        longest = max(map(len, ids), default=0)
+        if longest > ID_START_WIDTH:
+            self.a_ids = self.a_ids.astype(f"U{min(ID_WIDTH, longest)}")
+        self.a_ids[:n] = ids
+        self.a_idkey[:n] = _id_keys(ids)
+        self.a_class[:n] = [a.preemption_class for a in running]
+        self.a_prio[:n] = [a.priority for a in running]
+        self.a_running[:n] = [a.state == "running" for a in running]
+        self.a_start[:n] = np.array([a.started_at for a in running], dtype=np.float64)  # None: NaN
+        self.a_wall[:n] = np.array([a.walltime_minutes for a in running], dtype=np.float64)
+        self.a_ckpt[:n] = [CHECKPOINT_CODE[a.checkpoint] for a in running]
+        self.a_ckpt_min[:n] = [a.checkpoint_minutes for a in running]
+        self.a_last_ckpt[:n] = np.array([a.last_checkpoint_at for a in running], dtype=np.float64)
+        self.a_sens[:n] = np.array([a.sensitive for a in running], dtype=bool) | (self.a_class[:n] == 10)
+        until = np.array([a.protected_until for a in running], dtype=np.float64)
+        self.a_prot[:n] = np.where(np.isnan(until), -np.inf, until)
+        self.a_preemptible[:n] = [a.preemptible for a in running]
+        self.a_jobtypes[:n] = [JOBTYPE_BIT["exclusive"] * a.exclusive + JOBTYPE_BIT["forced"] * a.forced
+                               + JOBTYPE_BIT["backfill"] * a.backfill for a in running]
+        self.a_pcount[:n] = [a.preempted_count for a in running]
+        tenant = [a.tenant for a in running]
+        tenants = {t: self._tenant(t) for t in dict.fromkeys(tenant)}  # indices in order of arrival
+        self.a_tenant[:n] = [tenants[t] for t in tenant]
+        user = [a.user for a in running]
+        users = {u: self._user(u) for u in dict.fromkeys(user)}
+        self.a_user[:n] = [users[u] for u in user]
+        vcs = {v: self._vc(v) for v in dict.fromkeys(a.vcluster for a in running)}
+        self.a_vc[:n] = [vcs[a.vcluster] for a in running]
+        self.a_st[:n] = [self.st_index.get(a.session_type or "", self.st_default) for a in running]
+        st_rank = self.st_rank[self.a_st[:n]].tolist()
+        self.a_rank[:n] = [st_rank[i] if a.rank is None else a.rank for i, a in enumerate(running)]
+        placement = [a.placement for a in running]
+        self._add_all_entries(n, placement)
+        self.version += n
+
+    def _add_all_entries(self, n: int, placements: list[dict[str, dict[str, float]]]) -> None:
+        e_slot: list[int] = []
+        e_node: list[int] = []
+        held: list[dict[str, float]] = []
+        first_gpu: list[float] = []
+        index = self.node_index
+        for slot, placement in enumerate(placements):
+            names = sorted(placement)
+            first_gpu.append((placement[names[0]].get("gpu", 0.0) if names else 0.0) or 1.0)
+            for name in names:
+                e_slot.append(slot)
+                e_node.append(index[name])
+                held.append(placement[name])
+        m = len(e_slot)
+        slots, nodes = np.array(e_slot, dtype=np.int64), np.array(e_node, dtype=np.int64)
+        self.e_alloc[:m], self.e_node[:m], self.e_alive[:m] = slots, nodes, True
+        for r, name in enumerate(self.res_names):
+            self.e_res[:m, r] = [h.get(name, 0.0) for h in held]
+            self.used[:, r] += np.bincount(nodes, weights=self.e_res[:m, r], minlength=len(self.node_names))
+            self.a_held[:n, r] = np.bincount(slots, weights=self.e_res[:m, r], minlength=n)
+        self.count += np.bincount(nodes, minlength=len(self.node_names))
+        self._next_entry = m
+        bounds = np.searchsorted(slots, np.arange(n + 1)).tolist()
+        entries = list(range(m))
+        self.a_entries = {s: entries[a:b] for s, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))}
+        self.a_nnodes[:n] = np.diff(bounds)
+        self.a_first_gpu[:n] = first_gpu
+        for r in range(len(self.res_names)):
+            self.t_used[:, r] += np.bincount(self.a_tenant[:n], weights=self.a_held[:n, r],
+                                             minlength=len(self.t_used))
+        vc, home = self.a_vc[:n][slots], self.node_vc[nodes]
+        self.a_on_borrowed[:n] = np.bincount(slots[(home != NO_VC) & (home != vc)], minlength=n) > 0
+        lent = (vc != NO_VC) & (home != NO_VC) & (self.node_bb[nodes] == vc)
+        hi = np.full(n, NO_VC, dtype=np.int64)
+        lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+        np.maximum.at(hi, slots[lent], home[lent])
+        np.minimum.at(lo, slots[lent], home[lent])
+        self.a_borrow_home[:n] = np.where(hi == NO_VC, NO_VC, np.where(hi == lo, hi, MIXED))
+
     def remove(self, alloc_id: str) -> Allocation | None:
         slot = self.slot_of.pop(alloc_id, None)
         if slot is None:
@@ -320,6 +439,7 @@ class Cluster:
             node = int(self.e_node[e])
             self.used[node] -= self.e_res[e]
             self.count[node] -= 1
+            self._node_log.append(node)
             self.e_alive[e] = False
             self.e_alloc[e] = -1
             self._free_entries.append(e)
@@ -347,6 +467,7 @@ class Cluster:
         self.nodes[name] = replace(self.nodes[name], state=state)
         self.ready[i] = state == "ready"
         self.version += 1
+        self.struct_version += 1
 
     # -- cached orderings ----------------------------------------------------------
     def cached(self, key: Any, build: Callable[[], Any]) -> Any:
@@ -365,6 +486,33 @@ class Cluster:
             while len(self._cache) >= CACHE_KEYS:
                 del self._cache[next(iter(self._cache))]
         self._cache[key] = (self.version, value)
+        return value
+
+    def kept(self, key: Any, build: Callable[[], Any], patch: Callable[[Any, IArr], Any]) -> Any:
+        """Like ``cached``, for values that depend on allocations only through per-node sums
+        (``used``, ``count``): after a few allocations arrived or left, ``patch(value, nodes)``
+        brings the kept value up to date on the nodes they touched instead of ``build()``
+        computing it again. Any other change (a node's state, a new resource) rebuilds it."""
+        end = self._log_base + len(self._node_log)
+        hit = self._kept.get(key)
+        if hit is not None and hit[0] == self.struct_version:
+            _, pos, value = hit
+            if pos == end:
+                return value
+            if end - pos <= KEPT_PATCH_NODES:
+                touched = sorted(set(self._node_log[pos - self._log_base:]))
+                value = patch(value, np.array(touched, dtype=np.int64))
+                self._kept[key] = (self.struct_version, end, value)
+                return value
+        value = build()
+        self._kept.pop(key, None)
+        while len(self._kept) >= CACHE_KEYS:
+            del self._kept[next(iter(self._kept))]
+        self._kept[key] = (self.struct_version, end, value)
+        if len(self._node_log) > 8 * KEPT_PATCH_NODES:  # older positions are rebuilt anyway
+            drop = len(self._node_log) - KEPT_PATCH_NODES
+            del self._node_log[:drop]
+            self._log_base += drop
         return value
 
     @property

@@ -12,6 +12,7 @@ Nodes fall in three kinds for a request of vCluster V:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 import numpy as np
 
@@ -43,8 +44,8 @@ class RequestView:
                req.vcluster, req.exclusive, is_non_preemptible(cluster, req))
 
         # What _compute derives from the snapshot and the request's shape alone (every attribute it
-        # sets): cached per shape until the snapshot changes (not on state-only changes, which none
-        # of it reads), read-only.
+        # sets): kept per shape (not changed by state-only changes, which none of it reads),
+        # read-only; after allocations arrive or leave, patched on the nodes they touched.
         def build() -> dict[str, object]:
             before = set(vars(self))
             self._compute(cluster, req)
@@ -54,7 +55,10 @@ class RequestView:
                     value.flags.writeable = False
             return shape
 
-        self.__dict__.update(cluster.cached(key, build))
+        def patch(shape: dict[str, object], nodes: IArr) -> dict[str, object]:
+            return _patched(cluster, shape, nodes)
+
+        self.__dict__.update(cluster.kept(key, build, patch))
 
     def _compute(self, cluster: Cluster, req: Allocation) -> None:
         n = len(cluster.node_names)
@@ -109,6 +113,10 @@ class RequestView:
                         lendable = (ok & (kind == UNUSABLE) & np.isin(cluster.node_vc, lenders)
                                     & (cluster.node_bb == NO_VC) & (cluster.count == 0))
                         kind[lendable] = LENDABLE
+        self._ok: BArr = ok
+        self._same = bool(req.same)
+        self._exclusive = req.exclusive
+        self._lenders: IArr = np.array(sorted(self.lend_limit), dtype=np.int64)
         self.kind: IArr = kind
         self.placeable: BArr = (kind == OWN) | (kind == BORROWED)
         self.free: FArr = cluster.cap - cluster.used
@@ -124,15 +132,7 @@ class RequestView:
         size = int(codes.max()) + 1 if n else 1
         self.base_count: IArr = np.bincount(codes[base], minlength=size)
         self.placeable_count: IArr = np.bincount(codes[self.placeable], minlength=size)
-        self.lendable_cap: IArr = np.zeros(size, dtype=np.int64)
-        lend_nodes = np.flatnonzero(kind == LENDABLE)
-        if len(lend_nodes):
-            pairs: dict[tuple[int, int], int] = {}
-            for node in lend_nodes.tolist():
-                pair = (int(codes[node]), int(cluster.node_vc[node]))
-                pairs[pair] = pairs.get(pair, 0) + 1
-            for (g, lender_idx), c in pairs.items():
-                self.lendable_cap[g] += min(c, self.lend_limit[lender_idx])
+        self.lendable_cap: IArr = _lendable_cap(cluster, kind, codes, self.lend_limit, size)
 
     def _label_mask(self, key: str, value: str) -> BArr:
         cluster = self.cluster
@@ -255,6 +255,61 @@ class RequestView:
         if best is None:
             return None
         return best[1], best[2]
+
+
+def _lendable_cap(cluster: Cluster, kind: IArr, codes: IArr, lend_limit: dict[int, int], size: int) -> IArr:
+    """Per group, how many idle nodes lenders may lend: per lender, its lendable nodes in the
+    group up to its limit."""
+    out: IArr = np.zeros(size, dtype=np.int64)
+    lend_nodes = np.flatnonzero(kind == LENDABLE)
+    if len(lend_nodes):
+        n_vc = max(1, len(cluster.vc_names))
+        pairs, counts = np.unique(codes[lend_nodes] * n_vc + cluster.node_vc[lend_nodes], return_counts=True)
+        for pair, c in zip(pairs.tolist(), counts.tolist(), strict=True):
+            g, lender = divmod(pair, n_vc)
+            out[g] += min(c, lend_limit[lender])
+    return out
+
+
+def _patched(cluster: Cluster, shape: dict[str, object], nodes: IArr) -> dict[str, object]:
+    """A request view's shape after allocations arrived or left on ``nodes`` only: what depends
+    on what they hold (free amounts, which nodes fit now, idle nodes that may be lent) computed
+    again there, the rest kept. The same arrays ``_compute`` would give."""
+    new = dict(shape)
+    need, idx = cast(FArr, shape["need"]), cast(IArr, shape["need_idx"])
+    codes, placeable = cast(IArr, shape["group"]), cast(BArr, shape["placeable"])
+    free = cast(FArr, shape["free"]).copy()
+    free[nodes] = cluster.cap[nodes] - cluster.used[nodes]
+    new["free"] = free
+    kind = cast(IArr, shape["kind"])
+    lenders = cast(IArr, shape["_lenders"])
+    open_ = nodes[(kind[nodes] == UNUSABLE) | (kind[nodes] == LENDABLE)] if len(lenders) else nodes[:0]
+    idle = (cast(BArr, shape["_ok"])[open_] & np.isin(cluster.node_vc[open_], lenders)
+            & (cluster.node_bb[open_] == NO_VC) & (cluster.count[open_] == 0)) if len(open_) else open_ > 0
+    if len(open_) and bool(np.any(idle != (kind[open_] == LENDABLE))):
+        kind = kind.copy()
+        kind[open_] = np.where(idle, LENDABLE, UNUSABLE)
+        new["kind"] = kind
+        size = len(cast(IArr, shape["lendable_cap"]))
+        new["lendable_cap"] = _lendable_cap(cluster, kind, codes, cast(dict[int, int], shape["lend_limit"]), size)
+        usable = kind != UNUSABLE
+        new["groups"] = np.unique(codes[usable]) if shape["_same"] else np.zeros(int(usable.any()), dtype=np.int64)
+    base = cast(BArr, shape["base_ok"]).copy()
+    was = base[nodes]
+    now = placeable[nodes].copy()
+    if len(idx):
+        now &= np.all(free[nodes][:, idx] + EPS >= need[idx], axis=1)
+    if shape["_exclusive"]:
+        now &= cluster.count[nodes] == 0
+    base[nodes] = now
+    new["base_ok"] = base
+    size = len(cast(IArr, shape["base_count"]))
+    new["base_count"] = (cast(IArr, shape["base_count"]) + np.bincount(codes[nodes][now], minlength=size)
+                         - np.bincount(codes[nodes][was], minlength=size))
+    for value in new.values():
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+    return new
 
 
 class FitCounter:

@@ -2,9 +2,9 @@
 
 - select_cost.py, class_cost: the cheapest feasible set (best set). Single-node
   requests search per node (victims elsewhere never help), with nodes ordered by
-  a lower bound; several nodes: exact branch and bound. Exact up to 20 eligible
-  candidates; above that the contract allows a heuristic and only the
-  best-bounded nodes are searched.
+  a lower bound; several nodes: unions of per-node minimal covers
+  (select_multi.py). Exact up to 30 eligible candidates; above that the
+  contract allows a heuristic and only the best-bounded nodes are searched.
 - select_priority.py, priority: per node, every candidate off, then the most
   important given back; nodes chosen by the node rule.
 - select_walk.py, queue/rank/fair_share: the literal ordered greedy walk, on a
@@ -22,12 +22,12 @@ from .cluster import EPS, BArr, Cluster, FArr, IArr
 from .placement import RequestView
 
 COST_EPS = 1e-6
-EXACT_LIMIT = 20
+EXACT_LIMIT = 30
 # Above EXACT_LIMIT eligible candidates, single-node requests search this many best-bounded nodes.
 HEURISTIC_NODES = 16
 # Ordered walks first look at this many candidates, then four times more, until the request fits.
 PREFIX_START = 1024
-# Search steps before the exact search settles for what it has found (>20 candidates only).
+# Search steps before the exact search settles for what it has found.
 STEP_BUDGET = 200_000
 
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from .cluster import EPS, BArr, FArr, IArr
-from .placement import RequestView, give_back
+from .placement import RequestView
 from .select import (
     COST_EPS,
     EXACT_LIMIT,
     HEURISTIC_NODES,
-    STEP_BUDGET,
     Selection,
     _Best,
-    _better,
     _by_cost,
     _node_fit,
     _search,
@@ -22,6 +20,7 @@ from .select import (
     potential_nodes,
 )
 from .select_bounds import lower_bounds, node_entries, pool_mask
+from .select_multi import multi_node_best
 
 
 def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bound: int | None,
@@ -35,12 +34,7 @@ def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bo
     if view.k == 1:
         best = _best_single_node(view, ents, potential, cost, start, rank, bound, cost_key, eligible)
     else:
-        best = _Best()
-        if eligible <= EXACT_LIMIT:
-            slots = np.unique(view.cluster.e_alloc[ents]).tolist()
-            _search(_by_cost(slots, cost, start, rank), cost, bound, best, start, rank, view.feasible)
-        if best.victims is None and (eligible > EXACT_LIMIT or best.steps > STEP_BUDGET):
-            best = _greedy_by_node(view, ents, potential, cost, start, rank, bound)
+        best = multi_node_best(view, ents, potential, cost, start, rank, bound, eligible)
     if best.victims is None:
         return Selection(None, "EXCEEDS_MAX_VICTIMS")
     if value is not None and not best.cost < value - COST_EPS:
@@ -108,43 +102,3 @@ def _single_victim_entries(view: RequestView, ents: IArr, potential: BArr) -> BA
     if view.exclusive:
         single &= cluster.count[nodes] == 1
     return single
-
-
-def _greedy_by_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr, start: FArr, rank: IArr,
-                    bound: int | None) -> _Best:
-    """Heuristic for many candidates: free the cheapest nodes, then trim what is not needed."""
-    cluster = view.cluster
-    nodes = cluster.e_node[ents]
-    slots = cluster.e_alloc[ents]
-    single = _single_victim_entries(view, ents, potential)
-    n = len(cluster.node_names)
-    whole = np.bincount(nodes, weights=cost[slots], minlength=n)  # every candidate on the node
-    local = np.where(potential, whole, np.inf)
-    single_cost = np.full(n, np.inf)
-    np.minimum.at(single_cost, nodes[single], cost[slots[single]])
-    local = np.minimum(local, single_cost)
-    best = _Best()
-    for g in view.groups.tolist():
-        want = view.k - int(view.base_count[g]) - int(view.lendable_cap[g])
-        cand = np.flatnonzero(potential & (view.group == g))
-        if want <= 0 or len(cand) < want:
-            continue
-        chosen = cand[np.argsort(local[cand], kind="stable")[:want]]
-        victims: set[int] = set()
-        for node in chosen.tolist():
-            here = nodes == node
-            on_slots = slots[here]
-            if single_cost[node] <= local[node]:
-                cheapest = on_slots[single[here] & (cost[on_slots] <= single_cost[node] + COST_EPS)]
-                victims.add(int(cheapest[0]))
-            else:
-                victims.update(int(x) for x in on_slots)
-        trimmed = give_back(view, sorted(victims, key=lambda s: (-float(cost[s]), -int(rank[s]))))
-        if bound is not None and len(trimmed) > bound:
-            continue
-        total = float(cost[trimmed].sum())
-        if _better(total, trimmed, best, start, rank):
-            best.victims, best.cost = trimmed, total
-    return best
-
-

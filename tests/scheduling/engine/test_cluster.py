@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduling.engine import Cluster, decide, parse_scenario
+from scheduling.engine import Allocation, Cluster, Node, Tenant, VCluster, decide, parse_scenario
 
 from .helpers import doc, node, run
 
@@ -90,3 +91,34 @@ def test_the_id_order_is_code_point_order_while_allocations_come_and_go(ids, lea
     assert sorted(slots, key=lambda slot: int(rank[slot])) == sorted(slots, key=lambda slot: str(live.a_ids[slot]))
     dead = [slot for slot in range(live.slots) if not live.alive[slot]]
     assert all(int(rank[d]) > int(rank[a]) for d in dead for a in slots)
+
+
+_SLOT_COLUMNS = list(Cluster._SLOT_ARRAYS)
+
+
+@given(st.lists(st.tuples(st.lists(st.sampled_from(["n0", "n1", "n2", "n3"]), min_size=1, max_size=3, unique=True),
+                          st.sampled_from([None, "hpc", "ml", "other"]), st.sampled_from([None, 3, 40]),
+                          st.sampled_from(["running", "checkpointing"]), st.sampled_from([0.0, 1.0, 2.5]),
+                          st.sampled_from([None, "t1", "t2"]), st.booleans()),
+                max_size=12))
+def test_a_snapshot_built_at_once_equals_one_built_allocation_by_allocation(rows):
+    nodes = [Node("n0", {"gpu": 8, "cpu": 8}, vcluster="hpc"), Node("n1", {"gpu": 8}, vcluster="ml", borrowed_by="hpc"),
+             Node("n2", {"gpu": 4}, vcluster="ml", borrowed_by="hpc"), Node("n3", {"gpu": 8}, vcluster=None)]
+    allocs = [Allocation(id=f"a{i}", vcluster=vc, rank=rank, state=state, tenant=tenant, sensitive=sens,
+                         started_at=100.0 if rank else None, walltime_minutes=rank,
+                         placement={n: ({"gpu": gpu, "cpu": 1.0} if n == "n0" else {"gpu": gpu}) for n in where})
+              for i, (where, vc, rank, state, gpu, tenant, sens) in enumerate(rows)]
+    vcs = [VCluster(name="hpc"), VCluster(name="ml")]
+    tenants = [Tenant(name="t1", fair_share=0.5)]
+    at_once = Cluster(nodes, allocs, tenants, vcs)
+    one_by_one = Cluster(nodes, [], tenants, vcs)
+    for a in allocs:
+        one_by_one.add(a)
+    for name in [*_SLOT_COLUMNS, "e_alloc", "e_node", "e_res", "e_alive", "used", "count", "t_used"]:
+        mine, theirs = getattr(at_once, name), getattr(one_by_one, name)
+        n = min(len(mine), len(theirs))
+        assert np.array_equal(mine[:n], theirs[:n], equal_nan=mine.dtype.kind == "f"), name
+    assert at_once.a_entries == one_by_one.a_entries
+    assert at_once.slot_of == one_by_one.slot_of
+    assert at_once.objs[:len(allocs)] == one_by_one.objs[:len(allocs)]
+    assert at_once.tenant_index == one_by_one.tenant_index and at_once.user_index == one_by_one.user_index
