@@ -137,3 +137,21 @@ def print_table(title: str, rows: list[tuple[str, str, str, str]]) -> None:
     print("|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
+
+
+def redis_keys(url: str) -> set[bytes]:
+    """Every key in the Redis database ``url`` names."""
+    import redis  # (only the benches that use Redis need its client loaded)
+
+    return set(redis.Redis.from_url(url).scan_iter(count=1000))
+
+
+def forget_new_keys(url: str, before: set[bytes]) -> int:
+    """Delete the keys that appeared in that database since ``before`` was taken (a bench's
+    channel layer and broker keys); nothing else there is touched. Returns how many."""
+    import redis  # (as above)
+
+    new = redis_keys(url) - before
+    if new:
+        redis.Redis.from_url(url).delete(*new)
+    return len(new)
