@@ -332,7 +332,7 @@ def main() -> None:
     if args.quick:
         global WARMUP_S
         WARMUP_S = 1.0
-        args.agents, args.fast_agents, args.seconds, args.repeats = 200, 100, 3, 1
+        args.agents, args.fast_agents, args.seconds, args.repeats = 100, 50, 3, 1
     os.sched_setaffinity(0, {1})
     url, env, nodes, tokens = prepare(max(args.agents, args.fast_agents))
     port = free_port()

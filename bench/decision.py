@@ -1,7 +1,7 @@
 """Decision engine benchmark: p50/p99 per kind and request shape, as ratios to a probe.
 
     python bench/decision.py            # 10k nodes x exactly 50k and 100k allocations, 1,000 requests per case
-    python bench/decision.py --quick    # 2k nodes x 10k and 20k allocations, 100 requests, for a smoke run
+    python bench/decision.py --quick    # 1k nodes x 5k and 10k allocations, 50 requests, for a smoke run
 
 Each decision is timed with ``Decision.summary()`` inside it (the scheduler stores the summary
 with every record). Timings are taken twice per decision: wall clock and the thread's CPU time;
@@ -150,9 +150,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=None)
     args = parser.parse_args()
-    n_requests = args.requests or (100 if args.quick else 1000)
+    n_requests = args.requests or (50 if args.quick else 1000)
     repeats = args.repeats or (1 if args.quick else 3)
-    n_nodes, sizes = (2000, (10_000, 20_000)) if args.quick else (10_000, (50_000, 100_000))
+    n_nodes, sizes = (1000, (5_000, 10_000)) if args.quick else (10_000, (50_000, 100_000))
     probe = Probe()
     probe.sample(MIN_SAMPLES_P99 // 2 if not args.quick else 100)
     probe_cpu = pct(probe.cpu, 0.99)

@@ -397,7 +397,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.agents, args.reports, args.nodes = 50, 20, 1000
+        args.agents, args.reports, args.nodes = 20, 10, 300
     redis_url = os.environ.get("REDIS_URL", "")
     if not redis_url.startswith("redis://"):
         sys.stderr.write("bench/live.py needs REDIS_URL\n")
