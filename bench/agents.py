@@ -181,7 +181,10 @@ async def heartbeat_client(url: str, token: str, seconds: float, counts: list[in
 async def heartbeat_ceiling(url: str, tokens: list[str], seconds: float) -> float:
     counts = [0]
     start = time.perf_counter()
-    await asyncio.gather(*(heartbeat_client(url, t, seconds, counts) for t in tokens))
+    done = await asyncio.gather(*(heartbeat_client(url, t, seconds, counts) for t in tokens), return_exceptions=True)
+    failed = [d for d in done if isinstance(d, BaseException)]
+    if failed:
+        print(f"  {len(failed)} of {len(tokens)} closed-loop agents failed, e.g. {failed[0]!r}")
     return counts[0] / (time.perf_counter() - start)
 
 
