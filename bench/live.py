@@ -366,7 +366,7 @@ def run(args: argparse.Namespace, redis_url: str) -> dict[str, object]:
     port = free_port()
     worker_env = {**env, "DB_STATEMENT_TIMEOUT_MS": "60000"}  # as the worker is started in production
     procs = [subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                               "lattice_site.asgi:application"], cwd=ROOT, env=env,
+                               "--websocket_connect_timeout", "30", "lattice_site.asgi:application"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
              subprocess.Popen([sys.executable, "-m", "celery", "-A", "lattice_site", "worker", "--pool=threads",
                                "--concurrency=4", "--loglevel=ERROR"], cwd=ROOT, env=worker_env,
