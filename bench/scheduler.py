@@ -4,16 +4,25 @@
 
 Uses its own database (the URL's name + "_bench"), recreated each run. Builds a
 10,000-node resource group with 50,000 running allocations, then measures, in
-one process: a probe (single-row UPDATE commits per second from one client),
-fitting and preempting decisions per second (pending to committed), the p99
-from submission to committed placement at an offered 300 requests per second,
-and fitting throughput while high-class preemptors arrive at 5 per second
-(compared with the same batch alone).
+one process: fitting and preempting decisions per second (pending to committed)
+and this process's CPU time per decision, the p99 from submission to committed
+placement at an offered 300 requests per second, and fitting throughput while
+high-class preemptors arrive at 50 per second in the batch's own vCluster,
+competing with it (compared with the same batch alone). With REDIS_URL set, a
+submission case: 4 clients of mixed tenants through the REST API (bench/submissions.py).
+
+The probe is CPU-bound and in this process: sorted() of 50,000 floats, 1,000
+samples; its busy share (CPU / wall) says whether the machine let it run, and a
+ratio to a probe that ran less than 90% busy is "not valid". (The probe was a
+single-row UPDATE, bound by the disk's fsync: it moved 354 to 2,388/s between
+runs and said nothing of the pass's cost.) PostgreSQL's own CPU is not in the
+CPU figures: it serves other databases on a shared machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import threading
@@ -22,144 +31,43 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import bench_database, use_bench_settings  # noqa: E402
+from bench import submissions  # noqa: E402
+from bench.common import (  # noqa: E402
+    CPU_BOUND,
+    MIN_SAMPLES_P99,
+    Meter,
+    bench_database,
+    min_median,
+    pct,
+    print_table,
+    repeats_text,
+    verdict,
+)
+from bench.scheduler_setup import free_capacity, pending, prime, seed, setup_django, warm  # noqa: E402
 
 
-def setup_django(url: str) -> None:
-    use_bench_settings(url, log_level="WARNING")  # in-process layer: the bench measures the pass, not a broker
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    from lattice_site import gc_tuning
-
-    gc_tuning.for_long_running_process()  # passes run in the worker, which does this at start
-
-
-def seed(n_nodes: int, n_allocs: int) -> dict:
-    from django.contrib.auth import get_user_model
-    from django.utils import timezone
-
-    from nodes.models import Node
-    from scheduling.models import (
-        Allocation,
-        Membership,
-        Placement,
-        Quota,
-        ResourceGroup,
-        Tenant,
-        VCluster,
-    )
-
-    rnd = random.Random(1)
-    group = ResourceGroup.objects.create(name="bench", policy={"kind": "class_cost", "max_victims": 4})
-    main = VCluster.objects.create(resource_group=group, name="main", allow_lending=False)
-    free = VCluster.objects.create(resource_group=group, name="free", allow_lending=False)
-    users, tenants = [], []
-    for i in range(10):
-        tenant = Tenant.objects.create(name=f"t{i}")
-        Quota.objects.create(tenant=tenant, max_nodes=10**6, max_gpus=10**7, max_concurrent_allocations=10**6,
-                             max_preemption_class=10, fair_share=0.1)
-        user = get_user_model().objects.create_user(f"u{i}", password="bench-password-1")
-        Membership.objects.create(user=user, tenant=tenant)
-        users.append(user)
-        tenants.append(tenant)
-    n_free = n_nodes // 5
-    nodes = Node.objects.bulk_create([
-        Node(name=f"n{i:05d}", resource_group=group, vcluster=main if i >= n_free else free, gpu=8, cpu=128,
-             memory=1024, labels={"switch": f"s{i // 32}"}, state="ready") for i in range(n_nodes)])
-    now = timezone.now()
-    busy = nodes[n_free:]
-    per_node = max(1, n_allocs // len(busy))
-    allocs, where = [], []
-    for node in busy:
-        split = rnd.choice([[8], [4, 4], [4, 2, 2], [2, 2, 2, 2]])[:per_node]
-        for gpu in split + [0] * (per_node - len(split)):
-            k = rnd.randrange(10)
-            allocs.append(Allocation(resource_group=group, tenant=tenants[k], user=users[k], vcluster=main,
-                                     state="running", submitted_at=now, started_at=now, per_node_gpu=gpu,
-                                     per_node_cpu=4, preemption_class=rnd.choice([0, 1, 2, 3]),
-                                     checkpoint=rnd.choice(["auto", "manual", "none"])))
-            where.append(node)
-    allocs = Allocation.objects.bulk_create(allocs, batch_size=5000)
-    Placement.objects.bulk_create([Placement(allocation=a, node=n, gpu=a.per_node_gpu, cpu=a.per_node_cpu)
-                                   for a, n in zip(allocs, where, strict=True)], batch_size=5000)
-    analyze()
-    return {"group": group, "users": users, "tenants": tenants, "main": main, "free": free, "n_free": n_free}
+def probe(samples: int = MIN_SAMPLES_P99) -> tuple[float, float]:
+    """CPU seconds per sorted() of 50,000 floats (median), and the busy share it ran at."""
+    rnd = random.Random(0)
+    data = [rnd.random() for _ in range(50_000)]
+    cpu = []
+    meter = Meter().start()
+    for _ in range(samples):
+        c = time.thread_time()
+        sorted(data)
+        cpu.append(time.thread_time() - c)
+    meter.stop()
+    return pct(cpu, 0.5), meter.busy
 
 
-def analyze() -> None:
-    """Refresh the planner's statistics after a bulk change, as autovacuum does on a deployed
-    database within a minute (the bench compresses that minute; it may run where autovacuum is
-    off). Without them PostgreSQL takes the freshly filled tables for nearly empty ones: patching
-    a kept snapshot after 3,000 allocations ended took 20 s in a nested loop over placements."""
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute("ANALYZE")
-
-
-def probe(seconds: float = 2.0) -> float:
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute("CREATE TABLE IF NOT EXISTS bench_probe (id int primary key, n bigint)")
-        cur.execute("INSERT INTO bench_probe VALUES (1, 0) ON CONFLICT DO NOTHING")
-    count, end = 0, time.perf_counter() + seconds
-    start = time.perf_counter()
-    with connection.cursor() as cur:
-        while time.perf_counter() < end:
-            cur.execute("UPDATE bench_probe SET n = n + 1 WHERE id = 1")  # autocommit: one commit each
-            count += 1
-    return count / (time.perf_counter() - start)
-
-
-def pending(ctx: dict, n: int, *, vcluster, gpu: int, klass: int, name: str) -> None:
-    from django.utils import timezone
-
-    from scheduling.models import Allocation
-
-    now = timezone.now()
-    Allocation.objects.bulk_create([
-        Allocation(resource_group=ctx["group"], tenant=ctx["tenants"][i % 10], user=ctx["users"][i % 10],
-                   vcluster=vcluster, state="pending", submitted_at=now, per_node_gpu=gpu, preemption_class=klass,
-                   checkpoint="auto", name=name) for i in range(n)], batch_size=5000)
-
-
-def warm(ctx: dict) -> float:
-    """A pass before the next batch is added: it loads the group's snapshot and keeps it, as a
-    running service has it kept. Run after seeding or any bulk change from outside the
-    scheduler, so that the rates measured next are the sustained ones; returns its seconds."""
-    from scheduling.passes.run import schedule_pass
-
-    start = time.perf_counter()
-    schedule_pass(ctx["group"].pk)
-    return time.perf_counter() - start
-
-
-def prime(ctx: dict) -> float:
-    """Decide and start one request, once per process: the first decision pays one-time costs
-    (lazy imports, first use of numpy routines) that a running service paid long ago. Returns its
-    pass's seconds; the request is then ended and the snapshot reloaded."""
-    from scheduling.passes.run import schedule_pass
-
-    pending(ctx, 1, vcluster=ctx["free"], gpu=1, klass=0, name="prime")
-    start = time.perf_counter()
-    schedule_pass(ctx["group"].pk)
-    took = time.perf_counter() - start
-    free_capacity(ctx, "prime")
-    warm(ctx)
-    return took
-
-
-def drain(ctx: dict, name: str) -> tuple[int, float, int]:
+def drain(ctx: dict, name: str, meter: Meter | None = None) -> tuple[int, float, int]:
     """Run passes until no request of this batch is pending; returns (decided, seconds, of which
-    preemptions)."""
+    preemptions). The meter, when given, runs over the passes (this process's CPU)."""
     from scheduling.models import Allocation
     from scheduling.passes.run import schedule_pass
 
+    if meter is not None:
+        meter.start()
     start = time.perf_counter()
     decided = preempted = 0
     while True:
@@ -168,6 +76,8 @@ def drain(ctx: dict, name: str) -> tuple[int, float, int]:
         preempted += result.preempted
         left = Allocation.objects.filter(name=name, state="pending", placements__isnull=True).count()
         if left == 0 or (result.placed + result.preempted) == 0:
+            if meter is not None:
+                meter.stop()
             return decided, time.perf_counter() - start, preempted
 
 
@@ -223,17 +133,10 @@ def latency_at(ctx: dict, rate: float, seconds: float) -> tuple[float, float, in
     return lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))], len(lat)
 
 
-def free_capacity(ctx: dict, *names: str) -> None:
-    """End the named batches (as if they completed) so their capacity is free again."""
-    from scheduling.models import Allocation, Placement
-
-    Placement.objects.filter(allocation__name__in=names).delete()
-    Allocation.objects.filter(name__in=names).exclude(state="completed").update(state="completed")
-
-
 def fits_rate(ctx: dict, name: str, n: int, preemptors_per_s: float = 0.0) -> tuple[int, float, int, int]:
     """Fitting decisions per second for a batch of n small requests, optionally while high-class
-    preemptors (8 GPUs, 2 to 4 victims each) arrive at a steady rate. The batch must take more
+    preemptors (8 GPUs, a whole node: free, or the batch's own requests preempted) arrive at a
+    steady rate in the batch's own vCluster. The batch must take more
     than one pass (PASS_BUDGET) for preemptors to be decided among its requests: those arriving
     during a pass are decided first in the next. Returns (placed, seconds, preemptors arrived, of
     which decided while the batch was drained)."""
@@ -255,7 +158,7 @@ def fits_rate(ctx: dict, name: str, n: int, preemptors_per_s: float = 0.0) -> tu
                 continue
             k = arrived[0] % 10
             Allocation.objects.create(resource_group=ctx["group"], tenant=ctx["tenants"][k], user=ctx["users"][k],
-                                      vcluster=ctx["main"], state="pending", submitted_at=timezone.now(),
+                                      vcluster=ctx["free"], state="pending", submitted_at=timezone.now(),
                                       per_node_gpu=8, preemption_class=9, checkpoint="auto", name=f"{name}-pre")
             arrived[0] += 1
         connections.close_all()
@@ -269,63 +172,135 @@ def fits_rate(ctx: dict, name: str, n: int, preemptors_per_s: float = 0.0) -> tu
     stop.set()
     if thread is not None:
         thread.join()
-    placed = Allocation.objects.filter(name=name, state="running").count()
+    placed = Allocation.objects.filter(name=name).exclude(state="pending").count()
     return placed, secs, arrived[0], preempted
+
+
+def fitting(ctx: dict, n: int, repeats: int) -> dict[str, list[float]]:
+    """Per repeat: fitting decisions per second (wall) and this process's CPU per decision."""
+    got: dict[str, list[float]] = {"rate": [], "cpu": []}
+    for r in range(repeats):
+        pending(ctx, n, vcluster=ctx["free"], gpu=1, klass=0, name=f"fit{r}")
+        meter = Meter()
+        decided, secs, _ = drain(ctx, f"fit{r}", meter)
+        got["rate"].append(decided / secs)
+        got["cpu"].append(meter.cpu / max(1, decided))
+        print(f"fitting decisions: {decided:,} in {secs:.1f} s = {decided / secs:,.0f}/s; "
+              f"CPU {meter.cpu / max(1, decided) * 1e3:.3f} ms per decision ({meter.busy:.0%} busy)")
+        free_capacity(ctx, f"fit{r}")  # room for every request offered next
+        warm(ctx)
+    return got
+
+
+def latency(ctx: dict, seconds: float, repeats: int) -> dict[str, list[float]]:
+    got: dict[str, list[float]] = {"p99": [], "samples": []}
+    for _ in range(repeats):
+        p50, p99, n = latency_at(ctx, 300, seconds)
+        got["p99"].append(p99)
+        got["samples"].append(n)
+        print(f"pending -> committed at 300 req/s offered: {n:,} placed, p50 {p50 * 1e3:.0f} ms, "
+              f"p99 {p99 * 1e3:.0f} ms")
+        free_capacity(ctx, "lat")
+        warm(ctx)
+    return got
+
+
+def interference(ctx: dict, n: int, rounds: int) -> tuple[float, float]:
+    """Fitting alone and with preemptors arriving at 50/s in the batch's vCluster: (wall ratio,
+    CPU ratio) of mixed to alone. Batches alternate alone, mixed, mixed, alone, ... so that a
+    machine drifting in speed weighs on both sides alike; the rates are pooled."""
+    totals = {False: [0, 0.0, 0.0], True: [0, 0.0, 0.0]}
+    arrived = decided = 0
+    for i, mixed in enumerate([False, True, True, False] * rounds):
+        warm(ctx)
+        cpu0 = time.process_time()
+        placed, secs, came, chosen = fits_rate(ctx, f"inter{i}", n, preemptors_per_s=50.0 if mixed else 0.0)
+        totals[mixed][0] += placed
+        totals[mixed][1] += secs
+        totals[mixed][2] += time.process_time() - cpu0
+        arrived, decided = arrived + came, decided + chosen
+        free_capacity(ctx, f"inter{i}", f"inter{i}-pre")
+    alone, mixed_rate = (totals[k][0] / totals[k][1] for k in (False, True))
+    cpu_alone, cpu_mixed = (totals[k][2] / max(1, totals[k][0]) for k in (False, True))
+    print(f"fitting decisions alone {alone:,.0f}/s, with preemptors arriving at 50/s in the same vCluster "
+          f"{mixed_rate:,.0f}/s ({arrived} arrived, {decided} preempted among the batches): "
+          f"{mixed_rate / alone:.2f}x; CPU per fitting decision {cpu_alone * 1e3:.3f} ms alone, "
+          f"{cpu_mixed * 1e3:.3f} ms mixed (the preemptors' decisions included)")
+    warm(ctx)
+    return mixed_rate / alone, cpu_alone / cpu_mixed
+
+
+def preempting(ctx: dict, n: int, repeats: int) -> dict[str, list[float]]:
+    """Last: no agents run here, so these victims never report and their preemptors keep waiting."""
+    got: dict[str, list[float]] = {"rate": [], "cpu": []}
+    for r in range(repeats):
+        pending(ctx, n, vcluster=ctx["main"], gpu=8, klass=9, name=f"pre{r}")
+        meter = Meter()
+        decided, secs, _ = drain(ctx, f"pre{r}", meter)
+        got["rate"].append(decided / secs)
+        got["cpu"].append(meter.cpu / max(1, decided))
+        print(f"preempting decisions: {decided:,} in {secs:.1f} s = {decided / secs:,.0f}/s; "
+              f"CPU {meter.cpu / max(1, decided) * 1e3:.3f} ms per decision")
+        warm(ctx)
+    return got
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    n_nodes, n_allocs = (2000, 10_000) if args.quick else (10_000, 50_000)
+    repeats = 1 if args.quick else args.repeats
+    n_nodes, n_allocs = (500, 2500) if args.quick else (10_000, 50_000)
+    redis_url = os.environ.get("REDIS_URL", "")
     setup_django(bench_database("_bench", "bench/scheduler.py"))
     t = time.perf_counter()
     ctx = seed(n_nodes, n_allocs)
     print(f"seeded {n_nodes:,} nodes and {n_allocs:,} running allocations in {time.perf_counter() - t:.0f} s")
     print(f"snapshot load (a first pass, empty queue): {warm(ctx) * 1e3:.0f} ms")
     print(f"first decision of the process (one-time costs, not measured below): {prime(ctx) * 1e3:.0f} ms")
+    probe_cpu, probe_busy = probe(100 if args.quick else MIN_SAMPLES_P99)
+    print(f"probe sorted(50,000 floats): {probe_cpu * 1e3:.2f} ms CPU (median), ran {probe_busy:.0%} busy"
+          + ("" if probe_busy >= CPU_BOUND else " (not CPU-bound: ratios to it are not valid)"))
+    fit = fitting(ctx, 300 if args.quick else 8000, repeats)
+    lat = latency(ctx, 2 if args.quick else 10, repeats)
+    wall_ratio, cpu_ratio = interference(ctx, 300 if args.quick else 6000, 1 if args.quick else 2)
+    pre = preempting(ctx, 50 if args.quick else 1000, repeats)
+    subs = None
+    if redis_url.startswith("redis://"):
+        subs = submissions.run({**os.environ, "REDIS_URL": redis_url}, ctx["tokens"], 2 if args.quick else 10, repeats)
+    else:
+        print("submissions through the REST API: skipped (set REDIS_URL: the servers queue each pass there)")
+    report(fit, lat, pre, subs, (wall_ratio, cpu_ratio), (probe_cpu, probe_busy))
 
-    rate = probe()
-    print(f"probe: {rate:,.0f} single-row UPDATE commits/s (one client)")
 
-    fits_n = 3000 if args.quick else 8000
-    pending(ctx, fits_n, vcluster=ctx["free"], gpu=1, klass=0, name="fit")
-    decided, secs, _ = drain(ctx, "fit")
-    fit_rate = decided / secs
-    print(f"fitting decisions: {decided:,} in {secs:.1f} s = {fit_rate:,.0f}/s "
-          f"({fit_rate / rate:.2f}x probe; goal >= 1000/s and >= 0.35x)")
+def report(fit: dict, lat: dict, pre: dict, subs: dict | None, ratios: tuple[float, float],
+           probe_run: tuple[float, float]) -> None:
+    probe_cpu, probe_busy = probe_run
+    probes = probe_busy >= CPU_BOUND
 
-    free_capacity(ctx, "fit")  # room for every request offered next
-    warm(ctx)
-    p50, p99, n = latency_at(ctx, 300, 5 if args.quick else 10)
-    print(f"pending -> committed at 300 req/s offered: {n:,} placed, p50 {p50 * 1e3:.0f} ms, "
-          f"p99 {p99 * 1e3:.0f} ms (goal p99 <= 50 ms)")
+    def cpu_text(values: list[float]) -> str:
+        mid = min_median(values)[1]
+        return (f"{repeats_text(values, 1e3, ' ms', 3)} per decision = "
+                f"{mid / probe_cpu:.2f} probes{'' if probes else ' (probe not valid)'}")
 
-    # Interference: the same batch of small fitting requests, alone and with preemptors arriving.
-    # Larger than one pass's budget, so that preemptors arriving meanwhile are decided among them.
-    # Batches alternate alone, mixed, mixed, alone, ... so that a machine drifting in speed
-    # (seen: 10-20% within a minute) weighs on both sides alike; the rates are pooled.
-    inter_n = 3000 if args.quick else 6000
-    free_capacity(ctx, "lat")
-    totals = {False: [0, 0.0], True: [0, 0.0]}
-    arrived = decided = 0
-    for i, mixed in enumerate([False, True, True, False] * (1 if args.quick else 2)):
-        warm(ctx)
-        placed, secs, came, chosen = fits_rate(ctx, f"inter{i}", inter_n, preemptors_per_s=5.0 if mixed else 0.0)
-        totals[mixed][0] += placed
-        totals[mixed][1] += secs
-        arrived, decided = arrived + came, decided + chosen
-        free_capacity(ctx, f"inter{i}")
-    alone, mixed_rate = (totals[k][0] / totals[k][1] for k in (False, True))
-    print(f"fitting decisions alone {alone:,.0f}/s, with preemptors arriving at 5/s {mixed_rate:,.0f}/s "
-          f"({arrived} arrived, {decided} preempted among the batches): {mixed_rate / alone:.2f}x (goal >= 0.90x)")
-    warm(ctx)
-
-    # Last: no agents run here, so these victims never report and their preemptors keep waiting.
-    pre_n = 300 if args.quick else 1000
-    pending(ctx, pre_n, vcluster=ctx["main"], gpu=8, klass=9, name="pre")
-    decided, secs, _ = drain(ctx, "pre")
-    print(f"preempting decisions: {decided:,} in {secs:.1f} s = {decided / secs:,.0f}/s (goal >= 250/s)")
+    rows = [
+        ("fitting: 1,000/s (<= 1 ms of CPU per decision)", cpu_text(fit["cpu"]), repeats_text(fit["rate"], 1, "/s", 0),
+         verdict(min_median(fit["cpu"])[1] <= 1e-3)),
+        ("p99 from submission to placement <= 50 ms at 300/s offered", "",
+         repeats_text(lat["p99"], 1e3, " ms", 0),
+         verdict(min_median(lat["p99"])[1] <= 0.05, min(lat["samples"]) >= MIN_SAMPLES_P99)),
+        ("fitting with preemptors at 50/s in its vCluster >= 0.90x alone", f"{ratios[1]:.2f}x",
+         f"{ratios[0]:.2f}x", verdict(ratios[1] >= 0.9)),
+        ("preempting: 500/s (<= 2 ms of CPU per decision)", cpu_text(pre["cpu"]),
+         repeats_text(pre["rate"], 1, "/s", 0), verdict(min_median(pre["cpu"])[1] <= 2e-3)),
+    ]
+    if subs is not None:
+        rows.append((f"submissions through the API: {submissions.ANCHOR:,.0f}/s (Slurm's rate; <= 2 ms of the "
+                     "servers' CPU each)", repeats_text(subs["cpu"], 1e3, " ms", 2) + " per submission",
+                     f"{repeats_text(subs['rate'], 1, '/s', 0)}; p99 {repeats_text(subs['p99'], 1e3, ' ms', 1)}",
+                     verdict(min_median(subs["cpu"])[1] <= submissions.GOAL_CPU_S)))
+    print_table("scheduler (CPU: this process, or the API servers; PostgreSQL not counted)", rows)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ GPU_SPLITS = [[8], [4, 4], [4, 2, 2], [2, 2, 2, 2], [4, 2, 1, 1], [2, 2, 2, 1, 1
 def build(n_nodes: int, n_allocs: int, seed: int = 1) -> tuple[list[Node], list[Allocation], list[Tenant]]:
     """Nodes of 8 GPUs / 256 CPUs: `train` (50%) and `batch` (40%) full, `spare` (10%) with
     a tenth of its nodes idle. Every node holds GPU work plus CPU-only work up to the
-    average count; 3% of `train` nodes are whole-node gangs of 2 to 4 nodes."""
+    average count; 3% of `train` nodes are whole-node gangs of 2 to 4 nodes. Exactly ``n_allocs``
+    allocations (CPU-only work evens the count out)."""
     rnd = random.Random(seed)
     nodes = [Node(name=f"n{i:05d}", capacity={"gpu": 8.0, "cpu": 256.0}, labels={"switch": f"s{i // 32:03d}"},
                   vcluster="train" if i < n_nodes * 0.5 else "batch" if i < n_nodes * 0.9 else "spare")
@@ -49,9 +50,31 @@ def build(n_nodes: int, n_allocs: int, seed: int = 1) -> tuple[list[Node], list[
             counter += 1
             allocs.append(_alloc(rnd, counter, {node.name: {"gpu": gpu, "cpu": 8.0}}, node.vcluster))
         i += 1
+    _exact(allocs, nodes, idle, n_allocs, rnd, counter)
     tenants = [Tenant(name=t, fair_share=1 / len(TENANTS), burst_allowance=1.5 if k % 3 == 0 else None,
                       below_fair_share_since=NOW - 3600) for k, t in enumerate(TENANTS)]
     return nodes, allocs, tenants
+
+
+def _exact(allocs: list[Allocation], nodes: list[Node], idle: set[int], n_allocs: int, rnd: random.Random,
+           counter: int) -> None:
+    """Exactly ``n_allocs`` running allocations: CPU-only work (8 CPUs) added round the busy nodes
+    when the packing fell short (gangs and idle nodes hold fewer than the average), or the last
+    CPU-only ones taken away when it went over."""
+    busy = [node for k, node in enumerate(nodes) if k not in idle]
+    k = 0
+    while len(allocs) < n_allocs:
+        node = busy[k % len(busy)]
+        counter += 1
+        allocs.append(_alloc(rnd, counter, {node.name: {"gpu": 0.0, "cpu": 8.0}}, node.vcluster))
+        k += 1
+    extra = len(allocs) - n_allocs
+    for j in range(len(allocs) - 1, -1, -1):
+        if extra <= 0:
+            break
+        if all(share.get("gpu", 0.0) == 0.0 for share in allocs[j].placement.values()):
+            del allocs[j]
+            extra -= 1
 
 
 def _alloc(rnd: random.Random, counter: int, placement: dict, vc: str | None) -> Allocation:

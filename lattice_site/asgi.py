@@ -15,6 +15,7 @@ from lattice_site import gc_tuning  # noqa: E402
 from lattice_site.http import BufferedWsgiHttp  # noqa: E402
 from lattice_site.routing import agent_urlpatterns, browser_urlpatterns  # noqa: E402
 from lattice_site.websocket_limits import close_oversized_with_1009  # noqa: E402
+from lattice_site.websocket_speed import plain_debug_arguments  # noqa: E402
 
 http_app: object = BufferedWsgiHttp()  # one thread hop per request (see lattice_site/http.py)
 if settings.DEBUG:
@@ -27,6 +28,7 @@ if os.environ.get("LATTICE_EMBEDDED_LOOP") == "1" and not settings.REDIS_URL:
     embedded.start()
 
 close_oversized_with_1009()  # before Daphne builds its WebSocket factory
+plain_debug_arguments()
 gc_tuning.for_long_running_process()  # after everything is loaded
 
 application = ProtocolTypeRouter(
