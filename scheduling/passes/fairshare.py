@@ -73,11 +73,13 @@ def status_of(below_since: datetime | None, policy: em.Policy, now: datetime) ->
     return "starving"
 
 
-def track(snap: Snapshot, now: datetime) -> dict[int, Standing]:
+def track(snap: Snapshot, now: datetime, write: bool = True) -> dict[int, Standing]:
     """Measure every tenant's share on ``snap``, write what moved, give the engine each tenant's
     ``below_fair_share_since`` and answer the standings by tenant id (for the queue's order, and
     a class_cost queue's fair-share term). Only a fair_share group starves: elsewhere the share is
-    kept with no ``below_since`` (status normal) and no preemption backoff is read."""
+    kept with no ``below_since`` (status normal) and no preemption backoff is read. With
+    ``write=False`` nothing is stored nor set on the snapshot: the standings a pass would use now
+    (the queue's view reads them, so the order it shows is the order the pass starts work in)."""
     cluster, policy, group = snap.cluster, snap.policy, snap.group
     starvation = policy.kind == "fair_share"
     shares = cluster.tenant_shares()
@@ -104,8 +106,11 @@ def track(snap: Snapshot, now: datetime) -> dict[int, Standing]:
                 or row.fair_share != tenant.fair_share):
             row.share, row.fair_share, row.below_since, row.updated_at = share, tenant.fair_share, since, now
             changed.append(row)
-        cluster.set_below_since(name, ts(since))
+        if write:
+            cluster.set_below_since(name, ts(since))
         out[tenant_id] = Standing(name, share, tenant.fair_share, since, status_of(since, policy, now), row.updated_at)
+    if not write:
+        return out
     _write(changed)
     if starvation:
         cluster.last_preemption_at = last_preemption_at(group, policy, now)

@@ -21,6 +21,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from scheduling.models import Allocation, PreemptionDecision, ResourceGroup
+from scheduling.passes import fairshare
 from scheduling.passes.fairshare import Standing, standing_by_tenant
 from scheduling.passes.holds import holds_of
 from scheduling.passes.ordering import queue_key
@@ -136,9 +137,13 @@ def pass_order(group: ResourceGroup, kind: str, fields: tuple[str, ...] = (),
     their throttle are not among them, as in the pass."""
     now = now or timezone.now()
     held = set(holds_of(group))
-    standing = standing_by_tenant(group, now) if kind == "fair_share" else {}
-    if kind == "class_cost":
-        scorer = QueueScorer(load_snapshot(group), now)
+    # The standings the pass would measure now (not the last stored ones), so the order shown is
+    # the order the next pass starts work in.
+    snap = load_snapshot(group) if kind in ("fair_share", "class_cost") else None
+    tracked = fairshare.track(snap, now, write=False) if snap is not None else {}
+    standing = tracked if kind == "fair_share" else {}
+    if snap is not None and kind == "class_cost":
+        scorer = QueueScorer(snap, now, tracked)
         rows = pending_queue(group, kind, max(SCORED_WINDOW - len(held), 1), held, scorer=scorer, fields=fields)
         if len(rows) >= SCORED_WINDOW:
             seen = {r["id"] for r in rows}
