@@ -14,6 +14,7 @@ from scheduling.metrics import fold
 from scheduling.metrics_cluster import tenant_gpu_seconds
 from scheduling.models import AllocationEvent, MetricRollup, PreemptionDecision, VCluster
 from scheduling.passes.run import schedule_pass
+from tests.scheduling.test_accounting import history
 
 pytestmark = pytest.mark.django_db
 
@@ -31,18 +32,6 @@ def _scrape(client) -> dict[tuple[str, tuple], float]:
 def _gpus(scrape, group):
     return {state: scrape[("lattice_gpus", (("resource_group", group), ("state", state)))]
             for state in ("in_use", "borrowed", "held", "free")}
-
-
-def history(alloc, moves):
-    """Write ``alloc``'s events at the given times, as the actions would have."""
-    previous = ""
-    for to_state, moment in moves:
-        event = AllocationEvent.objects.create(allocation=alloc, from_state=previous, to_state=to_state)
-        AllocationEvent.objects.filter(pk=event.pk).update(created_at=moment)
-        previous = to_state
-    alloc.state, alloc.state_changed_at = previous, moves[-1][1]
-    alloc.save(update_fields=["state", "state_changed_at"])
-    return alloc
 
 
 def test_gpus_by_state_partition_the_up_nodes(client, resource_group, vcluster_hpc, make_allocation):
