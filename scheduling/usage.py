@@ -146,8 +146,11 @@ def _preemptions(buckets: Buckets, begin: datetime, end: datetime) -> None:
 def _current(buckets: Buckets) -> None:
     """Held, borrowed and free GPUs as they are now, in every minute being sampled."""
     current: dict[Key, dict[str, float]] = defaultdict(dict)
+    # A held placement reserves a node for a preemptor and records no resources of its own: what
+    # it holds back is the preemptor's GPUs per node.
     held = (Placement.objects.filter(kind="held").values("node__resource_group_id", "allocation__tenant_id",
-                                                         "allocation__vcluster_id").annotate(g=Sum("gpu")))
+                                                         "allocation__vcluster_id")
+            .annotate(g=Sum("allocation__per_node_gpu")))
     borrowed = (Placement.objects.filter(kind="assigned", node__borrowed_by__isnull=False)
                 .values("node__resource_group_id", "allocation__tenant_id", "allocation__vcluster_id")
                 .annotate(g=Sum("gpu")))

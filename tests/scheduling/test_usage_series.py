@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from scheduling import usage, usage_fold
-from scheduling.models import MetricRollup, PreemptionDecision, UsageSample
+from scheduling.models import MetricRollup, Placement, PreemptionDecision, UsageSample
 from tests.scheduling.test_accounting import history
 
 pytestmark = pytest.mark.django_db
@@ -90,3 +90,18 @@ def test_series_endpoint_serves_the_stored_values_to_whom_may_read_them(resource
     assert alice.get("/api/v1/usage/series/", {"scope": "group", "name": "rg-main"}).status_code == 403
     bad = api_for("op").get("/api/v1/usage/series/", {"scope": "vcluster", "name": "hpc"})
     assert bad.status_code == 400 and "resource_group" in bad.json()
+
+
+def test_nodes_held_for_a_preemptor_count_its_gpus_as_held(make_allocation, vcluster_hpc, node_gpu_a,
+                                                          tenant_physics, resource_group):
+    preemptor = make_allocation(node_count=1, per_node_gpu=6, vcluster=vcluster_hpc, submitted_at=t(0))
+    # The pass writes a held placement with no resources of its own while victims leave the node.
+    Placement.objects.create(allocation=preemptor, node=node_gpu_a, kind="held")
+    MetricRollup.objects.create(key=usage.MARK, value=T0.timestamp())
+
+    assert usage.sample(now=t(1) + timedelta(seconds=5)) == 1
+    group = UsageSample.objects.get(scope="g", scope_id=resource_group.pk, start=t(0))
+    tenant = UsageSample.objects.get(scope="t", scope_id=tenant_physics.pk, start=t(0))
+    # By hand: 6 of the node's 8 GPUs are held back for the preemptor, none in use.
+    assert (group.gpu_held, group.gpu_used, group.gpu_free) == (6, 0, 2)
+    assert tenant.gpu_held == 6
