@@ -92,6 +92,17 @@ def _finish(evaluation_id: int, status: str, **fields: Any) -> None:
     ]).update(status=status, finished_at=timezone.now(), **fields)
 
 
+def effective(doc: dict[str, Any]) -> dict[str, Any]:
+    """A policy document with every field the engine reads, defaults filled in (a stored policy
+    names only what differs from them), so that two policies compare field by field."""
+    try:
+        policy = parse_policy(doc)
+    except InvalidDocument:
+        return doc
+    return {f: (list(v) if isinstance(v, tuple) else v) for f in policy.__dataclass_fields__
+            if (v := getattr(policy, f)) is not None}
+
+
 def _policy(doc: dict[str, Any], which: str) -> em.Policy:
     try:
         return parse_policy(doc)

@@ -13,7 +13,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
-from scheduling.evaluations import evaluation_cancel, evaluation_start
+from scheduling.evaluations import effective, evaluation_cancel, evaluation_start
 from scheduling.forms import PolicyForm
 from scheduling.models import EvaluationStatus, PolicyEvaluation, ResourceGroup
 from scheduling.models.evaluations import MAX_DAYS, MIN_DAYS
@@ -86,7 +86,8 @@ def evaluation_detail(request: HttpRequest, name: str, pk: int) -> HttpResponse:
     report = evaluation.report if evaluation.status == EvaluationStatus.DONE else None
     return render(request, "ops/evaluation.html", {
         "e": evaluation, "group": evaluation.resource_group,
-        "changes": audit_changes({"policy": evaluation.current_policy}, {"policy": evaluation.candidate_policy}),
+        "changes": audit_changes({"policy": effective(evaluation.current_policy)},
+                                 {"policy": effective(evaluation.candidate_policy)}),
         "comparison": mark_safe(comparison(report)) if report else "",  # escaped by the replay's HTML
         "jobs": report["trace"]["jobs"] if report else None,
     })
