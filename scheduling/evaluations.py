@@ -10,6 +10,7 @@ the pages; ``evaluation_run`` by the task (``scheduling.evaluate_policy``, sent 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from datetime import timedelta
@@ -83,7 +84,7 @@ def evaluation_run(evaluation_id: int) -> None:
         log.exception("evaluation %s failed", evaluation_id)
         _finish(evaluation_id, EvaluationStatus.FAILED, error="internal error (see the worker's log)")
     else:
-        _finish(evaluation_id, EvaluationStatus.DONE, report=doc, jobs_done=F("jobs_total"))
+        _finish(evaluation_id, EvaluationStatus.DONE, report_json=json.dumps(doc), jobs_done=F("jobs_total"))
 
 
 def _finish(evaluation_id: int, status: str, **fields: Any) -> None:

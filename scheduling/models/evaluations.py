@@ -4,6 +4,9 @@ and the replay's report once done. Kept with the audit entry of the save it info
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -39,7 +42,9 @@ class PolicyEvaluation(models.Model):
     cancel_requested = models.BooleanField(default=False)
     jobs_done = models.PositiveIntegerField(default=0, help_text="Over both policies' replays.")
     jobs_total = models.PositiveIntegerField(default=0)
-    report = models.JSONField(null=True, blank=True, help_text="The replay's report (lattice.replay/1).")
+    # Text, not jsonb: PostgreSQL's jsonb reorders an object's keys, and the replay's report is
+    # read in its own order (its tables list figures in the order the replay writes them).
+    report_json = models.TextField(blank=True, help_text="The replay's report (lattice.replay/1), as JSON.")
     error = models.TextField(blank=True)
     policy_change = models.ForeignKey("scheduling.PolicyChange", on_delete=models.SET_NULL, null=True, blank=True,
                                       related_name="evaluations",
@@ -54,6 +59,10 @@ class PolicyEvaluation(models.Model):
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
+
+    @property
+    def report(self) -> dict[str, Any] | None:
+        return json.loads(self.report_json) if self.report_json else None
 
     @property
     def percent(self) -> int:

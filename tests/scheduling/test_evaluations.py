@@ -78,7 +78,7 @@ def test_tenants_are_refused_every_url_of_evaluations(client, operator, resource
     evaluation = PolicyEvaluation.objects.create(
         resource_group=resource_group, requested_by=operator, days=1, since=operator.date_joined,
         until=operator.date_joined, current_policy={"kind": "class_cost"}, candidate_policy={"kind": "class_cost"},
-        status="done", report={"comparison": []})
+        status="done", report_json='{"comparison": []}')
     base = f"/ops/groups/{resource_group.name}/evaluations/"
     client.force_login(django_user_model.objects.get(username="alice"))
     assert client.post(base, {**POLICY_FIELDS, "days": "7"}).status_code == 403
