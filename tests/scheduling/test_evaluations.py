@@ -59,6 +59,8 @@ def test_days_out_of_range_are_refused_with_a_field_error_and_start_nothing(clie
     assert response.status_code == 400
     page = response.content.decode()
     assert 'class="field invalid">Evaluate on the last' in page and "errorlist" in page
+    # The editor shown again still previews and saves on the policy's own page.
+    assert f'<form method="post" class="policy" action="/ops/groups/{resource_group.name}/policy/">' in page
     assert not PolicyEvaluation.objects.exists()
 
 
