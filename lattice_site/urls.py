@@ -6,7 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from nodes import views as node_views
 from scheduling import views
 from scheduling.metrics import metrics_view
-from scheduling.web import console, ops, portal, tenants
+from scheduling.web import console, evaluations, ops, portal, tenants
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -21,6 +21,12 @@ urlpatterns = [
     path("ops/groups/<slug:name>/", ops.group_detail, name="ops-group"),
     path("ops/groups/<slug:name>/policy/", ops.policy_editor, name="ops-policy"),
     path("ops/groups/<slug:name>/pause/", ops.pause, name="ops-pause"),
+    path("ops/groups/<slug:name>/evaluations/", evaluations.evaluate, name="ops-evaluate"),
+    path("ops/groups/<slug:name>/evaluations/<int:pk>/", evaluations.evaluation_detail, name="ops-evaluation"),
+    path("ops/groups/<slug:name>/evaluations/<int:pk>/cancel/", evaluations.evaluation_stop,
+         name="ops-evaluation-cancel"),
+    path("ops/groups/<slug:name>/evaluations/<int:pk>/report/", evaluations.evaluation_report,
+         name="ops-evaluation-report"),
     path("ops/groups/<slug:name>/<slug:kind>/<int:pk>/", ops.config_editor, name="ops-config"),
     path("ops/tenants/", tenants.tenant_list, name="ops-tenants"),
     path("ops/tenants/<slug:name>/", tenants.tenant_editor, name="ops-tenant"),

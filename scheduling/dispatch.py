@@ -22,7 +22,7 @@ import redis
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, transaction
 
 from lattice_site.celery import app
 from nodes.protocol import Command, encode
@@ -202,6 +202,25 @@ def task_on_commit(name: str, *args: Any, countdown: float | None = None) -> Non
             log.warning("could not enqueue %s", name, exc_info=True)
 
     transaction.on_commit(enqueue)
+
+
+def background_task_on_commit(name: str, *args: Any) -> None:
+    """Send the long task ``name`` once the transaction commits. With a broker it goes to a worker
+    as any task; without one (the embedded mode) it runs in a thread of this process instead of in
+    the request that asked for it, so the page that asked can show its progress."""
+    if not settings.CELERY_TASK_ALWAYS_EAGER:
+        task_on_commit(name, *args)
+        return
+
+    def run() -> None:
+        try:
+            _task(name).apply(args=args)
+        except Exception:  # the task records its own failure; this only keeps the thread quiet
+            log.exception("background task %s failed", name)
+        finally:
+            connections.close_all()  # this thread's own connections
+
+    transaction.on_commit(lambda: threading.Thread(target=run, name=f"task-{name}", daemon=True).start())
 
 
 # -- who watches the live feed, per process (subscribe and watched above) ---------------------

@@ -7,6 +7,7 @@ import logging
 from celery import shared_task
 
 from scheduling.actions.lifecycle import allocation_deadline, sweep
+from scheduling.evaluations import evaluation_run
 from scheduling.models import Allocation, ResourceGroup
 from scheduling.passes.run import schedule_pass
 from scheduling.passes.snapshot_cache import prune
@@ -53,3 +54,10 @@ def sample_usage() -> None:
     Cheap when called more often than once a minute (the embedded loop calls it every round)."""
     if sample():
         fold()
+
+
+@shared_task(name="scheduling.evaluate_policy", ignore_result=True, time_limit=3600)
+def evaluate_policy(evaluation_id: int) -> None:
+    """A policy evaluation: the group's history replayed under two policies (minutes at most; it
+    records its own progress and failure, and stops at a progress point when cancelled)."""
+    evaluation_run(evaluation_id)

@@ -1,5 +1,6 @@
 from .allocations import Allocation, AllocationEvent, JobArray, Placement, PlacementDevice
 from .cluster import ResourceGroup, SessionType, VCluster
+from .evaluations import EvaluationStatus, PolicyEvaluation
 from .records import (
     DecisionAudience,
     MetricRollup,
@@ -19,8 +20,8 @@ from .tenancy import (
 from .usage import UsageSample, UsageScope
 
 __all__ = [
-    "Allocation", "AllocationEvent", "ApiToken", "DecisionAudience", "JobArray", "Membership", "MetricRollup",
-    "Placement", "PlacementDevice", "PolicyChange", "PreemptionDecision", "PriorityPolicy", "Quota",
+    "Allocation", "AllocationEvent", "ApiToken", "DecisionAudience", "EvaluationStatus", "JobArray", "Membership", "MetricRollup",
+    "Placement", "PlacementDevice", "PolicyChange", "PolicyEvaluation", "PreemptionDecision", "PriorityPolicy", "Quota",
     "ResourceGroup", "SessionType", "SnapshotChange", "Tenant", "priority_policy",
     "TenantShare", "UsageSample", "UsageScope", "VCluster",
 ]

@@ -78,13 +78,17 @@ def _policy(p: dict[str, Any]) -> str:
     return "<section>" + "".join(out) + "</section>"
 
 
-def render(report: dict[str, Any]) -> str:
-    trace, cluster = report["trace"], report["cluster"]
-    comparison = "".join(
+def comparison(report: dict[str, Any]) -> str:
+    """The policies side by side with the differences (also shown on the console's evaluation page)."""
+    return "".join(
         f"<h2>{escape(c['other'])} against {escape(c['baseline'])}</h2>"
         + _table([[k, f["baseline"], f["other"], f["difference"]] for k, f in c["figures"].items()],
                  ["figure", c["baseline"], c["other"], "difference"])
         for c in report["comparison"])
+
+
+def render(report: dict[str, Any]) -> str:
+    trace, cluster = report["trace"], report["cluster"]
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Lattice replay</title>"
             "<style>body{font:14px sans-serif;margin:2em;max-width:60em}table{border-collapse:collapse;"
             "margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}svg{display:block;"
@@ -92,4 +96,4 @@ def render(report: dict[str, Any]) -> str:
             f"<h1>Replay of {escape(str(trace.get('source')))}</h1>"
             f"<p>{trace.get('jobs')} jobs ({escape(str(trace.get('format')))}); cluster "
             f"{escape(str(cluster.get('name')))}: {cluster.get('nodes')} nodes, {cluster.get('gpus')} GPUs.</p>"
-            + comparison + "".join(_policy(p) for p in report["policies"]) + "</body></html>\n")
+            + comparison(report) + "".join(_policy(p) for p in report["policies"]) + "</body></html>\n")

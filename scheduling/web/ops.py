@@ -20,16 +20,17 @@ from scheduling.actions.overrides import (
     allocation_force_preempt,
     allocation_protect,
     group_pause,
-    group_policy_edit,
 )
 from scheduling.actions.policies import config_save, snapshot
 from scheduling.decisions import config_preview, policy_preview
 from scheduling.errors import DomainError
+from scheduling.evaluations import policy_save_evaluated
 from scheduling.forms import PolicyForm
 from scheduling.models import (
     Allocation,
     Placement,
     PolicyChange,
+    PolicyEvaluation,
     PreemptionDecision,
     ResourceGroup,
     SessionType,
@@ -43,6 +44,7 @@ from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
 from scheduling.waiting import why_waiting
 from scheduling.web.confirm import confirmation
 from scheduling.web.decision_view import decision_title, readable_candidates
+from scheduling.web.evaluations import editor_context, evaluation_of
 from scheduling.web.paging import older_page
 
 QUEUE_SHOWN = 100  # requests on the group page, by position, then those set aside
@@ -82,19 +84,25 @@ def decision_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @operator_required
 def policy_editor(request: HttpRequest, name: str) -> HttpResponse:
+    """The policy: previewed on the current state, evaluated on the group's history
+    (scheduling/web/evaluations.py), saved with a reason. Opened from an evaluation, the editor
+    holds its policy, and saving that policy keeps the evaluation with the audit entry."""
     group = get_object_or_404(ResourceGroup, name=name)
     preview = None
+    evaluation = evaluation_of(request, group)
     if request.method == "POST":
         form = PolicyForm(request.POST, policy=group.policy)
         if form.is_valid():
             if request.POST.get("action") == "save":
-                group_policy_edit(group=group, policy=form.cleaned_data["policy"], actor=request.user,
-                                  reason=form.cleaned_data["reason"])
+                policy_save_evaluated(group=group, policy=form.cleaned_data["policy"], actor=request.user,
+                                      reason=form.cleaned_data["reason"],
+                                      evaluation_id=evaluation.pk if evaluation else None)
                 return redirect("ops-audit")
             preview = policy_preview(group, form.cleaned_data["policy"])
     else:
-        form = PolicyForm(policy=group.policy)
-    return render(request, "ops/policy.html", {"group": group, "form": form, "preview": preview})
+        form = PolicyForm(policy=evaluation.candidate_policy if evaluation else group.policy)
+    return render(request, "ops/policy.html", {"group": group, "form": form, "preview": preview,
+                                               **editor_context(group, evaluation=evaluation)})
 
 
 class ReasonedForm(forms.ModelForm):
@@ -206,7 +214,10 @@ def audit(request: HttpRequest) -> HttpResponse:
     choices = {"actions": PolicyChange.objects.values_list("action", flat=True).distinct().order_by("action"),
                "target_types": PolicyChange.objects.values_list("target_type", flat=True).distinct()
                .order_by("target_type")}
+    evaluated = dict(PolicyEvaluation.objects.filter(policy_change__in=[c.pk for c in page])
+                     .values_list("policy_change_id", "pk"))
     return render(request, "ops/audit.html", {
-        "changes": [(c, audit_changes(c.before, c.after)) for c in page], "filters": filters, **choices,
+        "changes": [(c, audit_changes(c.before, c.after), evaluated.get(c.pk)) for c in page], "filters": filters,
+        **choices,
         "query": urlencode({k: v for k, v in filters.items() if v}),
         "next": older})

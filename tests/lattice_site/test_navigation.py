@@ -13,15 +13,16 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
 from lattice_site import error_views
-from scheduling.models import Placement, PreemptionDecision
+from scheduling.models import Placement, PolicyEvaluation, PreemptionDecision
 from scheduling.passes.run import schedule_pass
 
 pytestmark = pytest.mark.django_db
 
 BAR = '<header class="top lattice-nav">'
 # Routes that are not pages: JSON and text for programs, and POST-only actions (405 on GET, checked).
-NOT_PAGES = {"metrics", "schema"}
-POST_ONLY = {"logout", "ops-pause", "ops-override", "job-cancel", "job-verb"}
+# A policy evaluation's report is the replay's self-contained HTML page, shown in a frame.
+NOT_PAGES = {"metrics", "schema", "ops-evaluation-report"}
+POST_ONLY = {"logout", "ops-pause", "ops-override", "job-cancel", "job-verb", "ops-evaluate", "ops-evaluation-cancel"}
 # Fragments a page fetches again to swap into itself: HTML without a bar of their own.
 FRAGMENTS = {"ops-state"}
 
@@ -46,7 +47,10 @@ def site(operator, resource_group, vcluster_hpc, node_gpu_a, tenant_physics, mak
     make_allocation(state="pending", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc)
     schedule_pass(resource_group.pk)  # it waits: a decision to open
     decision = PreemptionDecision.objects.get()
-    return {"name": resource_group.name, "pk": job.pk, "decision": decision.pk, "vcluster": vcluster_hpc.pk,
+    evaluation = PolicyEvaluation.objects.create(resource_group=resource_group, days=7, since=timezone.now(),
+                                                 until=timezone.now(), current_policy=resource_group.policy,
+                                                 candidate_policy=resource_group.policy)
+    return {"evaluation": evaluation.pk, "name": resource_group.name, "pk": job.pk, "decision": decision.pk, "vcluster": vcluster_hpc.pk,
             "node": node_gpu_a.name, "tenant": tenant_physics.name}
 
 
@@ -56,7 +60,9 @@ def _kwargs(name: str | None, pattern: str, site: dict) -> dict:
              "ops-config": {"name": site["name"], "kind": "vclusters", "pk": site["vcluster"]},
              "ops-decision": {"pk": site["decision"]}, "ops-override": {"pk": site["pk"]},
              "ops-node": {"name": site["node"]}, "ops-tenant": {"name": site["tenant"]}, "job-detail": {"pk": site["pk"]}, "job-cancel": {"pk": site["pk"]},
-             "job-verb": {"pk": site["pk"], "name": "hold"}}
+             "job-verb": {"pk": site["pk"], "name": "hold"}, "ops-evaluate": {"name": site["name"]},
+             **{name: {"name": site["name"], "pk": site["evaluation"]}
+                for name in ("ops-evaluation", "ops-evaluation-cancel", "ops-evaluation-report")}}
     assert name in given or "<" not in pattern, f"a new route with parameters: {pattern} ({name})"
     return given.get(name or "", {})
 

@@ -1,0 +1,146 @@
+"""Policy evaluations in the console: who may use them, bad input, cancel, and keeping one with
+the audit entry of the save it informed. The replay's figures against ``manage.py replay`` with a
+real worker are in tests/system/test_evaluation_worker.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from scheduling.evaluations import Cancelled, Meter, evaluation_cancel, evaluation_run
+from scheduling.models import PolicyChange, PolicyEvaluation, ResourceGroup
+from tests.scheduling.evaluation_helpers import POLICY_FIELDS, record_history
+
+pytestmark = pytest.mark.django_db
+
+
+def _evaluate(client, group, days="7", **fields):
+    return client.post(f"/ops/groups/{group.name}/evaluations/", {**POLICY_FIELDS, "days": days, **fields})
+
+
+def test_operator_starts_an_evaluation_that_compares_the_edited_policy_with_the_current(
+        client, operator, resource_group, node_gpu_a, tenant_physics, django_capture_on_commit_callbacks):
+    record_history(resource_group, [tenant_physics], 40)
+    client.force_login(operator)
+    with django_capture_on_commit_callbacks() as sent:
+        response = _evaluate(client, resource_group, policy_mode="terminate")
+    evaluation = PolicyEvaluation.objects.get()
+    assert response.status_code == 302 and response["Location"] == \
+        f"/ops/groups/{resource_group.name}/evaluations/{evaluation.pk}/"
+    assert len(sent) == 1  # the task, once the row is committed
+    assert evaluation.status == "queued" and evaluation.days == 7 and evaluation.requested_by == operator
+    assert evaluation.current_policy == {"kind": "class_cost"}
+    assert evaluation.candidate_policy["mode"] == "terminate"
+    assert (evaluation.until - evaluation.since).days == 7
+    page = client.get(response["Location"]).content.decode()
+    assert 'hx-trigger="every 1s"' in page and "Cancel evaluation" in page
+    # What differs between the two, with the engine's defaults filled in: the mode alone.
+    assert re.findall(r"<code>(policy\.[a-z_]+)</code>", page) == ["policy.mode"]
+
+    evaluation_run(evaluation.pk)  # the task's body, as the worker runs it
+    evaluation.refresh_from_db()
+    assert evaluation.status == "done" and evaluation.jobs_done == evaluation.jobs_total == 80
+    assert [p["name"] for p in evaluation.report["policies"]] == ["current", "edited"]
+    assert evaluation.report["trace"]["jobs"] == 40
+    page = client.get(response["Location"]).content.decode()
+    assert "hx-trigger" not in page  # finished: no more polling
+    assert "edited against current" in page and "wait_p95_s" in page
+    report = client.get(f"/ops/groups/{resource_group.name}/evaluations/{evaluation.pk}/report/")
+    assert report.status_code == 200 and b"<svg" in report.content
+    assert report["X-Frame-Options"] == "SAMEORIGIN"
+
+
+@pytest.mark.parametrize("days", ["0", "31", "-1", "seven", ""])
+def test_days_out_of_range_are_refused_with_a_field_error_and_start_nothing(client, operator, resource_group,
+                                                                          days):
+    client.force_login(operator)
+    response = _evaluate(client, resource_group, days=days)
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert 'class="field invalid">Evaluate on the last' in page and "errorlist" in page
+    # The editor shown again still previews and saves on the policy's own page.
+    assert f'<form method="post" class="policy" action="/ops/groups/{resource_group.name}/policy/">' in page
+    assert not PolicyEvaluation.objects.exists()
+
+
+def test_a_policy_that_does_not_validate_is_refused_with_its_field_error(client, operator, resource_group):
+    client.force_login(operator)
+    response = _evaluate(client, resource_group, policy_tolerance="-1", policy_kind="fair_share")
+    assert response.status_code == 400
+    assert "Ensure this value is greater than or equal to 0" in response.content.decode()
+    response = _evaluate(client, resource_group, policy_kind="no-such-kind")
+    assert response.status_code == 400 and "not one of the available choices" in response.content.decode()
+    assert not PolicyEvaluation.objects.exists()
+    assert ResourceGroup.objects.get(pk=resource_group.pk).policy == {"kind": "class_cost"}
+
+
+def test_tenants_are_refused_every_url_of_evaluations(client, operator, resource_group, tenant_physics,
+                                                      django_user_model):
+    evaluation = PolicyEvaluation.objects.create(
+        resource_group=resource_group, requested_by=operator, days=1, since=operator.date_joined,
+        until=operator.date_joined, current_policy={"kind": "class_cost"}, candidate_policy={"kind": "class_cost"},
+        status="done", report_json='{"comparison": []}')
+    base = f"/ops/groups/{resource_group.name}/evaluations/"
+    client.force_login(django_user_model.objects.get(username="alice"))
+    assert client.post(base, {**POLICY_FIELDS, "days": "7"}).status_code == 403
+    for url in (f"{base}{evaluation.pk}/", f"{base}{evaluation.pk}/report/"):
+        assert client.get(url).status_code == 403, url
+    assert client.post(f"{base}{evaluation.pk}/cancel/").status_code == 403
+    assert PolicyEvaluation.objects.count() == 1 and not PolicyEvaluation.objects.get().cancel_requested
+    client.logout()
+    assert client.get(f"{base}{evaluation.pk}/").status_code == 302  # to the login page
+    client.force_login(operator)
+    other = ResourceGroup.objects.create(name="rg-other", policy={"kind": "class_cost"})
+    assert client.get(f"/ops/groups/{other.name}/evaluations/{evaluation.pk}/").status_code == 404
+
+
+def test_cancel_before_the_task_starts_means_it_never_runs(client, operator, resource_group, node_gpu_a,
+                                                         tenant_physics):
+    record_history(resource_group, [tenant_physics], 10)
+    client.force_login(operator)
+    evaluation_id = PolicyEvaluation.objects.get(pk=_evaluate(client, resource_group)["Location"].split("/")[-2]).pk
+    assert client.post(f"/ops/groups/{resource_group.name}/evaluations/{evaluation_id}/cancel/").status_code == 302
+    evaluation_run(evaluation_id)
+    evaluation = PolicyEvaluation.objects.get(pk=evaluation_id)
+    assert evaluation.status == "cancelled" and evaluation.report is None and evaluation.started_at is None
+    page = client.get(f"/ops/groups/{resource_group.name}/evaluations/{evaluation_id}/").content.decode()
+    assert "Cancelled" in page and "Cancel evaluation" not in page
+
+
+def test_a_running_evaluation_stops_at_its_next_progress_point_once_cancelled(operator, resource_group):
+    evaluation = PolicyEvaluation.objects.create(
+        resource_group=resource_group, requested_by=operator, days=1, since=operator.date_joined,
+        until=operator.date_joined, current_policy={}, candidate_policy={}, status="running")
+    meter = Meter(evaluation.pk, 50, 2)
+    meter.record(30)
+    evaluation.refresh_from_db()
+    assert (evaluation.jobs_done, evaluation.jobs_total, evaluation.percent) == (30, 100, 30)
+    evaluation_cancel(evaluation=evaluation)
+    assert PolicyEvaluation.objects.get(pk=evaluation.pk).status == "running"  # until its next point
+    with pytest.raises(Cancelled):
+        meter.record(31)
+
+
+def test_saving_the_evaluated_policy_keeps_the_evaluation_with_the_audit_entry(
+        client, operator, resource_group, node_gpu_a, tenant_physics):
+    record_history(resource_group, [tenant_physics], 10)
+    client.force_login(operator)
+    location = _evaluate(client, resource_group, policy_max_victims="1")["Location"]
+    evaluation = PolicyEvaluation.objects.get()
+    evaluation_run(evaluation.pk)
+    assert 'value="1"' in client.get(f"/ops/groups/{resource_group.name}/policy/?evaluation={evaluation.pk}") \
+        .content.decode().split('name="policy_max_victims"')[1][:40]
+    # A different policy saved from the same editor is not the one evaluated: nothing is kept.
+    client.post(f"/ops/groups/{resource_group.name}/policy/", {
+        **POLICY_FIELDS, "policy_max_victims": "2", "action": "save", "reason": "try", "evaluation": evaluation.pk})
+    assert PolicyEvaluation.objects.get().policy_change is None
+    client.post(f"/ops/groups/{resource_group.name}/policy/", {
+        **POLICY_FIELDS, "policy_max_victims": "1", "action": "save", "reason": "evaluated on 7 days",
+        "evaluation": evaluation.pk})
+    change = PolicyChange.objects.filter(reason="evaluated on 7 days").get()
+    assert PolicyEvaluation.objects.get().policy_change == change
+    assert ResourceGroup.objects.get(pk=resource_group.pk).policy["max_victims"] == 1
+    audit = client.get("/ops/audit/").content.decode()
+    assert f'<a href="{location}">evaluation #{evaluation.pk}</a>' in audit
+    assert f"audit entry #{change.pk}" in client.get(location).content.decode()
