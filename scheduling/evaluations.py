@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -39,6 +39,11 @@ EVALUATE_TASK = "scheduling.evaluate_policy"
 # named so): the group's policy when asked, and the edited one.
 BASELINE, CANDIDATE = "current", "edited"
 PROGRESS_EVERY_S = 0.5  # progress is written, and a cancel looked for, at most this often
+# A running evaluation records progress every PROGRESS_EVERY_S; one silent for this long lost its
+# worker (or, embedded, its web process): the sweep marks it failed. A queued one that no worker
+# took within QUEUED_LOST_S is failed too (its message was lost with the broker).
+SILENT_LOST_S = 600
+QUEUED_LOST_S = 3600
 
 
 class Cancelled(Exception):
@@ -69,7 +74,7 @@ def evaluation_run(evaluation_id: int) -> None:
     """The task's body. A message delivered again (a worker lost mid-run) starts it over."""
     claimed = PolicyEvaluation.objects.filter(
         pk=evaluation_id, status__in=[EvaluationStatus.QUEUED, EvaluationStatus.RUNNING], cancel_requested=False,
-    ).update(status=EvaluationStatus.RUNNING, started_at=timezone.now(), jobs_done=0)
+    ).update(status=EvaluationStatus.RUNNING, started_at=timezone.now(), progress_at=timezone.now(), jobs_done=0)
     if not claimed:
         _finish(evaluation_id, EvaluationStatus.CANCELLED)  # cancelled before it could start (if not already)
         return
@@ -91,6 +96,23 @@ def _finish(evaluation_id: int, status: str, **fields: Any) -> None:
     PolicyEvaluation.objects.filter(pk=evaluation_id).exclude(status__in=[
         EvaluationStatus.DONE, EvaluationStatus.FAILED, EvaluationStatus.CANCELLED,
     ]).update(status=status, finished_at=timezone.now(), **fields)
+
+
+def evaluations_lost(*, now: datetime | None = None) -> int:
+    """Fail the evaluations whose task is gone: running but silent past ``SILENT_LOST_S``, or
+    queued past ``QUEUED_LOST_S``. Called by the periodic sweep; a page never shows one running
+    for ever. A task that was only slow and speaks again finds its row finished and its
+    report is not kept (its ``_finish`` leaves finished rows alone)."""
+    moment = now or timezone.now()
+    silent = PolicyEvaluation.objects.filter(status=EvaluationStatus.RUNNING,
+                                             progress_at__lt=moment - timedelta(seconds=SILENT_LOST_S))
+    lost = silent.update(status=EvaluationStatus.FAILED, finished_at=moment,
+                         error=f"lost: no progress for {SILENT_LOST_S // 60} minutes (its worker stopped); "
+                               "ask for it again")
+    unclaimed = PolicyEvaluation.objects.filter(status=EvaluationStatus.QUEUED,
+                                                created_at__lt=moment - timedelta(seconds=QUEUED_LOST_S))
+    return lost + unclaimed.update(status=EvaluationStatus.FAILED, finished_at=moment,
+                                   error=f"never started: no worker took it within {QUEUED_LOST_S // 60} minutes")
 
 
 def effective(doc: dict[str, Any]) -> dict[str, Any]:
@@ -152,7 +174,7 @@ class Meter:
 
     def record(self, done: int) -> None:
         rows = PolicyEvaluation.objects.filter(pk=self.pk)
-        rows.update(jobs_done=done)
+        rows.update(jobs_done=done, progress_at=timezone.now())
         if rows.filter(cancel_requested=True).exists():
             raise Cancelled
 

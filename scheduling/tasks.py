@@ -7,7 +7,7 @@ import logging
 from celery import shared_task
 
 from scheduling.actions.lifecycle import allocation_deadline, sweep
-from scheduling.evaluations import evaluation_run
+from scheduling.evaluations import evaluation_run, evaluations_lost
 from scheduling.models import Allocation, ResourceGroup
 from scheduling.passes.run import schedule_pass
 from scheduling.passes.snapshot_cache import prune
@@ -44,6 +44,7 @@ def preemption_deadlines(allocation_ids: list[int]) -> None:
 def periodic_sweep() -> None:
     sweep()
     prune()
+    evaluations_lost()
     for group_id in ResourceGroup.objects.values_list("pk", flat=True):
         schedule_pass(group_id)
 

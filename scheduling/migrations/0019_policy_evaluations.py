@@ -30,6 +30,7 @@ class Migration(migrations.Migration):
                 ('cancel_requested', models.BooleanField(default=False)),
                 ('jobs_done', models.PositiveIntegerField(default=0, help_text="Over both policies' replays.")),
                 ('jobs_total', models.PositiveIntegerField(default=0)),
+                ('progress_at', models.DateTimeField(blank=True, help_text='When the task last recorded progress (silent too long: lost).', null=True)),
                 ('report_json', models.TextField(blank=True, help_text="The replay's report (lattice.replay/1), as JSON.")),
                 ('error', models.TextField(blank=True)),
                 ('policy_change', models.ForeignKey(blank=True, help_text='The audit entry of the save this evaluation informed.', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='evaluations', to='scheduling.policychange')),

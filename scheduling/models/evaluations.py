@@ -42,6 +42,8 @@ class PolicyEvaluation(models.Model):
     cancel_requested = models.BooleanField(default=False)
     jobs_done = models.PositiveIntegerField(default=0, help_text="Over both policies' replays.")
     jobs_total = models.PositiveIntegerField(default=0)
+    progress_at = models.DateTimeField(null=True, blank=True,
+                                       help_text="When the task last recorded progress (silent too long: lost).")
     # Text, not jsonb: PostgreSQL's jsonb reorders an object's keys, and the replay's report is
     # read in its own order (its tables list figures in the order the replay writes them).
     report_json = models.TextField(blank=True, help_text="The replay's report (lattice.replay/1), as JSON.")

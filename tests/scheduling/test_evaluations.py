@@ -5,11 +5,14 @@ real worker are in tests/system/test_evaluation_worker.py."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
-from scheduling.evaluations import Cancelled, Meter, evaluation_cancel, evaluation_run
+from scheduling.evaluations import Cancelled, Meter, _finish, evaluation_cancel, evaluation_run
 from scheduling.models import PolicyChange, PolicyEvaluation, ResourceGroup
+from scheduling.tasks import periodic_sweep
 from tests.scheduling.evaluation_helpers import POLICY_FIELDS, record_history
 
 pytestmark = pytest.mark.django_db
@@ -144,3 +147,25 @@ def test_saving_the_evaluated_policy_keeps_the_evaluation_with_the_audit_entry(
     audit = client.get("/ops/audit/").content.decode()
     assert f'<a href="{location}">evaluation #{evaluation.pk}</a>' in audit
     assert f"audit entry #{change.pk}" in client.get(location).content.decode()
+
+
+def test_the_sweep_fails_an_evaluation_whose_task_went_silent_or_never_started(operator, resource_group):
+    now = timezone.now()
+    base = {"resource_group": resource_group, "requested_by": operator, "days": 1, "since": now, "until": now,
+            "current_policy": {"kind": "class_cost"}, "candidate_policy": {"kind": "class_cost"}}
+    silent = PolicyEvaluation.objects.create(**base, status="running", progress_at=now - timedelta(minutes=11))
+    alive = PolicyEvaluation.objects.create(**base, status="running", progress_at=now - timedelta(minutes=2))
+    waiting = PolicyEvaluation.objects.create(**base)
+    stale = PolicyEvaluation.objects.create(**base)
+    PolicyEvaluation.objects.filter(pk=stale.pk).update(created_at=now - timedelta(minutes=61))
+
+    periodic_sweep()  # as beat (or the embedded loop) runs it
+
+    status = dict(PolicyEvaluation.objects.values_list("pk", "status"))
+    assert status == {silent.pk: "failed", alive.pk: "running", waiting.pk: "queued", stale.pk: "failed"}
+    assert "no progress for 10 minutes" in PolicyEvaluation.objects.get(pk=silent.pk).error
+    assert "never started" in PolicyEvaluation.objects.get(pk=stale.pk).error
+    # A run that was only slow and speaks again keeps the failure (and no report).
+    _finish(silent.pk, "done", report_json="{}")
+    late = PolicyEvaluation.objects.get(pk=silent.pk)
+    assert late.status == "failed" and late.report is None
