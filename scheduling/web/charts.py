@@ -4,7 +4,7 @@ it compares against (a tenant's fair share, quota or monthly budget, in GPUs or 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -13,9 +13,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from nodes.models import Node
-from scheduling import accounting
 from scheduling.models import Quota, ResourceGroup, Tenant, TenantShare
 from scheduling.models.usage import UsageSample, UsageScope
+from scheduling.passes.budget import budget_period, gpu_hours
 from scheduling.usage import UP_STATES
 
 RANGES = [("1h", "1 h"), ("24h", "24 h"), ("7d", "7 d"), ("30d", "30 d")]
@@ -61,12 +61,13 @@ def tenant_charts(tenants: list[Tenant], now: datetime | None = None) -> list[di
     """A tenant's GPUs in use against its quota, and its GPU-hours against its monthly budget
     (with this month's GPU-hours so far, from the accounting)."""
     now = now or timezone.now()
-    month = datetime(now.year, now.month, 1, tzinfo=UTC)
+    month, _ = budget_period(now)
+    used = gpu_hours([t.pk for t in tenants], month, now)  # the budget penalty's own count
+    quotas = {q.tenant_id: q for q in Quota.objects.filter(tenant__in=tenants)}
     out = []
     for tenant in tenants:
-        quota = Quota.objects.filter(tenant=tenant).first()
-        used = accounting.report(since=month, until=now, tenant_ids=[tenant.pk], group_by=["tenant"])
-        month_hours = sum(float(r["gpu_hours"]) for r in used)
+        quota = quotas.get(tenant.pk)
+        month_hours = used.get(tenant.pk, 0.0)
         q = chart("quota", f"{tenant.name}: GPUs in use against quota", tenant.name, scope="tenant", name=tenant.name)
         q["attrs"] = {"quota": quota.max_gpus if quota else 0}
         b = chart("budget", f"{tenant.name}: GPU-hours used in the range", tenant.name, scope="tenant",

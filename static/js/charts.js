@@ -57,7 +57,7 @@
       width: Math.max(280, el.clientWidth || 600), height: 180,
       series: [{}].concat(lines.map(function (l, i) { return line(l[0], i, l[2] ? {dash: [6, 4]} : null); })),
       scales: {y: {range: function (u, lo, hi) { return [0, Math.max(1, hi * 1.1)]; }}},
-      axes: [{}, {size: 50}],
+      axes: [{}, {size: 64}],
     };
     el.querySelectorAll(".uplot").forEach(function (n) { n.remove(); });
     charts[el.id] = new window.uPlot(opts, data, el);

@@ -131,6 +131,8 @@ def test_a_tenant_charts_its_own_usage_against_quota_and_budget_only(login, live
     hours = [stored.get(x, {}).get("tenant", 0) / 60 for x in budget[0]]  # a minute at g GPUs: g / 60 GPU-hours
     running = [sum(hours[: i + 1]) for i in range(len(hours))]
     assert budget[1] == pytest.approx(running, abs=1e-3) and set(budget[2]) == {500}
+    # No allocation ran this month: none of its budget is used (the accounting's count, not the series).
+    expect(page.locator("#chart-budget-physics .month-budget")).to_contain_text("0.00 GPU-hours of a budget of 500")
     ids = page.evaluate("Object.keys(window.latticeCharts).sort()")
     assert ids == ["chart-budget-physics", "chart-quota-physics"]
     assert "chemistry" not in page.content()
