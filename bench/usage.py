@@ -78,7 +78,8 @@ def fill(url: str, scope: str, ids: list[int], group: int, days: int, skip: int 
                      generate_series(date_bin('{step}', %(end)s - interval '{oldest}', 'epoch'),
                                      %(end)s - interval '{youngest}' - interval '{step}', interval '{step}') ts
                 WHERE ts >= %(end)s - make_interval(days => %(days)s)
-                  AND ts < %(end)s - make_interval(days => %(skip)s)""",
+                  AND ts < %(end)s - make_interval(days => %(skip)s)
+                ON CONFLICT DO NOTHING""",
                                {"scope": scope, "ids": ids, "end": end, "days": days, "skip": skip})
             total += cur.rowcount
         conn.execute("VACUUM ANALYZE scheduling_usagesample")
