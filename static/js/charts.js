@@ -93,6 +93,7 @@
       if (section.dataset.range !== "1h" || timer) return;
       timer = setTimeout(function () {
         timer = null;
+        if (section.dataset.range !== "1h") return;  // another range was chosen meanwhile
         last = Date.now();
         figures.forEach(function (el) { load(el, "1h"); });
       }, Math.max(0, last + 5000 - Date.now()));
