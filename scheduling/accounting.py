@@ -80,6 +80,9 @@ def holding_spans(events: Iterable[tuple[str, datetime]], *, until: datetime,
     return [(s, e) for s, e in spans if e > s]
 
 
+IDS_PER_QUERY = 20_000
+
+
 def _candidates(since: datetime, tenant_ids: Sequence[int] | None, states: Collection[str]) -> list[dict[str, Any]]:
     # Its last change before ``since`` and not in ``states`` now: it was never in them in the window.
     # No recorded change time (a row written without a transition) proves nothing: its events decide.
@@ -99,10 +102,13 @@ def intervals(*, since: datetime, until: datetime | None = None, tenant_ids: Seq
     if not allocs:
         return []
     history: dict[int, list[tuple[str, datetime]]] = defaultdict(list)
-    events = (AllocationEvent.objects.filter(allocation_id__in=list(allocs), created_at__lt=until)
-              .order_by("allocation_id", "created_at", "id").values_list("allocation_id", "to_state", "created_at"))
-    for alloc_id, to_state, at in events.iterator(chunk_size=5000):
-        history[alloc_id].append((to_state, at))
+    ids = sorted(allocs)
+    for lo in range(0, len(ids), IDS_PER_QUERY):  # PostgreSQL takes at most 65,535 parameters
+        events = (AllocationEvent.objects.filter(allocation_id__in=ids[lo:lo + IDS_PER_QUERY], created_at__lt=until)
+                  .order_by("allocation_id", "created_at", "id")
+                  .values_list("allocation_id", "to_state", "created_at"))
+        for alloc_id, to_state, at in events.iterator(chunk_size=5000):
+            history[alloc_id].append((to_state, at))
     out: list[Interval] = []
     for alloc_id, evs in history.items():
         row = allocs[alloc_id]

@@ -47,6 +47,8 @@ class UsageSample(models.Model):
         indexes = [
             models.Index(fields=["resource_group_id", "scope", "start"], name="usage_group_scope_idx"),
             models.Index(fields=["resolution", "start"], name="usage_resolution_start_idx"),
+            # A chart's read: one scope's rows over a range, whatever the number of scopes stored.
+            models.Index(fields=["scope", "scope_id", "start"], name="usage_scope_start_idx"),
         ]
 
     def __str__(self) -> str:

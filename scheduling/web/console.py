@@ -23,6 +23,7 @@ from scheduling.passes.fairshare import status_of
 from scheduling.passes.snapshot import policy_of
 from scheduling.permissions import operator_required
 from scheduling.states import HOLDING, State
+from scheduling.web.charts import RANGES, group_charts
 
 # The tiles' legend, in the order it is shown: (class, words).
 LEGEND = [("idle", "idle"), ("partly", "partly used"), ("full", "full"), ("held", "held for a preemptor"),
@@ -128,7 +129,10 @@ def cluster_state() -> dict[str, Any]:
 def console(request: HttpRequest) -> HttpResponse:
     decisions = (PreemptionDecision.objects.select_related("resource_group", "preemptor__tenant")
                  .order_by("-id")[:30])
-    return render(request, "ops/console.html", {**cluster_state(), "decisions": decisions})
+    state = cluster_state()
+    charts = [c for r in state["groups"] for c in group_charts(r["group"])]
+    return render(request, "ops/console.html", {**state, "decisions": decisions, "charts": charts,
+                                                "chart_ranges": RANGES})
 
 
 @operator_required

@@ -42,6 +42,7 @@ from scheduling.permissions import operator_required
 from scheduling.queue_view import GroupQueue
 from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
 from scheduling.waiting import why_waiting
+from scheduling.web.charts import RANGES, group_charts, members_charts
 from scheduling.web.confirm import confirmation
 from scheduling.web.decision_view import decision_title, readable_candidates
 from scheduling.web.evaluations import editor_context, evaluation_of
@@ -68,7 +69,9 @@ def group_detail(request: HttpRequest, name: str) -> HttpResponse:
     rows = [{**r, "why": latest.get(r["id"]), "reason": reasons.get(r["id"])} for r in queue]
     shares = standings(group, timezone.now(), policy) if policy.kind == "fair_share" else []
     return render(request, "ops/group.html", {"group": group, "nodes": [(n, on.get(n.pk, [])) for n in nodes],
-                                              "queue": rows, "shares": shares})
+                                              "queue": rows, "shares": shares,
+                                              "charts": group_charts(group) + members_charts(group),
+                                              "chart_ranges": RANGES})
 
 
 @operator_required

@@ -27,6 +27,7 @@ from scheduling.models import (
     PlacementDevice,
     ResourceGroup,
     SessionType,
+    Tenant,
     VCluster,
 )
 from scheduling.permissions import is_operator
@@ -40,6 +41,8 @@ from scheduling.selectors import (
 )
 from scheduling.states import FINAL, State
 from scheduling.waiting import why_waiting
+from scheduling.web.charts import RANGES as CHART_RANGES
+from scheduling.web.charts import tenant_charts
 from scheduling.web.confirm import confirmation
 from scheduling.web.job_use import job_use
 from scheduling.web.paging import older_page
@@ -84,7 +87,9 @@ def jobs(request: HttpRequest) -> HttpResponse:
         "jobs": [(j, risk, arrays.get(j.pk)) for j, risk in zip(mine, _risks(mine), strict=True)],
         "state": state, "states": State.values,
         "array": array, "query": urlencode({k: v for k, v in (("state", state), ("array", array)) if v}),
-        "next": older})
+        "next": older, "charts": tenant_charts(list(Tenant.objects.filter(pk__in=tenant_ids(request.user))
+                                                    .order_by("name"))),
+        "chart_ranges": CHART_RANGES})
 
 
 def one_line_per_array(qs: QuerySet[Allocation]) -> QuerySet[Allocation]:

@@ -10,7 +10,7 @@
   }
   window.latticeLocalTimes = localTimes;
   localTimes(document);
-  var wanted = document.getElementById("live-feed") || document.querySelector("[data-live-refresh]");
+  var wanted = document.getElementById("live-feed") || document.querySelector("[data-live-refresh], [data-charts]");
   if (!wanted || !window.WebSocket) return;
   var scheme = location.protocol === "https:" ? "wss://" : "ws://";
   function connect(delay) {

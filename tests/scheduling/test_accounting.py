@@ -121,3 +121,18 @@ def test_split_at_midnight_covers_the_interval_exactly():
     pieces = list(accounting.split_at_midnight(at(0, 23, 0), at(2, 1, 0)))
     assert [(d.isoformat(), (e - s).total_seconds()) for d, s, e in pieces] == [
         ("2026-03-01", 3600.0), ("2026-03-02", 86400.0), ("2026-03-03", 3600.0)]
+
+
+@pytest.mark.django_db
+def test_allocations_beyond_one_querys_parameters_are_read_in_parts(preempted_and_resumed, make_allocation,
+                                                                     monkeypatch):
+    """PostgreSQL takes at most 65,535 parameters a statement: the events of more allocations than
+    that are read in parts (here parts of one), with the same sums."""
+    history(make_allocation(node_count=1, per_node_gpu=2, submitted_at=at(0, 22, 0)),
+            [("pending", at(0, 22, 0)), ("running", at(0, 23, 0)), ("completed", at(0, 23, 30))])
+    monkeypatch.setattr(accounting, "IDS_PER_QUERY", 1)
+    sums = accounting.totals(accounting.intervals(since=D - timedelta(days=1), until=D + timedelta(days=3)),
+                             ("day",))
+    # The fixture's 2,489.5 s x 8 GPUs on day 0 and 2,110 s on day 1, plus 1,800 s x 2 GPUs on day 0.
+    assert sums[(D.date(),)][0] == int((DAY0_SECONDS * 8 + 1800 * 2) * 1_000_000)
+    assert sums[((D + timedelta(days=1)).date(),)][0] == DAY1_SECONDS * 8 * 1_000_000

@@ -51,3 +51,26 @@ def test_the_fair_share_demo_group_starves_biology_until_it_preempts():
     assert decision.preemptor.tenant.name == "biology"
     # the newest work above its tenant's share: chemistry's 1-node job started half an hour ago
     assert [Allocation.objects.get(pk=v["id"]).ran_on for v in decision.victims] == [["fw-west-08"]]
+
+
+def test_seed_demo_gives_the_charts_a_week_of_history_and_the_sampler_goes_on_from_it():
+    from scheduling import usage
+    from scheduling.models import MetricRollup, UsageSample
+
+    call_command("seed_demo")
+    now = timezone.now()
+    group = ResourceGroup.objects.get(name="gpu-main")
+    rows = UsageSample.objects.filter(scope="g", scope_id=group.pk)
+    minutes = rows.filter(resolution=60)
+    assert minutes.count() >= 2 * 24 * 60 - 15  # the last 2 days a minute at a time
+    assert rows.filter(resolution=900, start__lt=now - timedelta(days=6)).exists()  # quarters before
+    assert all(0 <= used <= 256 for used in rows.values_list("gpu_used", flat=True))  # 32 nodes of 8 GPUs
+    end = usage.floor_to(now, 60)
+    assert MetricRollup.objects.get(key=usage.MARK).value == end.timestamp()
+    latest = minutes.order_by("-start").values_list("start", flat=True).first()
+    assert latest == end - timedelta(minutes=1)
+    count = UsageSample.objects.count()
+    call_command("seed_demo")  # again: nothing more made up
+    assert UsageSample.objects.count() == count
+    assert usage.sample(now=end + timedelta(minutes=3)) == 3  # the sampler goes on from the mark
+    assert minutes.filter(start__gte=end).count() == 3

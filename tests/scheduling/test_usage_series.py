@@ -105,3 +105,34 @@ def test_nodes_held_for_a_preemptor_count_its_gpus_as_held(make_allocation, vclu
     # By hand: 6 of the node's 8 GPUs are held back for the preemptor, none in use.
     assert (group.gpu_held, group.gpu_used, group.gpu_free) == (6, 0, 2)
     assert tenant.gpu_held == 6
+
+
+@pytest.mark.postgres
+def test_a_range_over_minutes_and_quarters_reads_the_same_grouped_in_sql_or_merged(resource_group):
+    """A 30-day read spans minute rows (the last 2 days) and 15-minute rows (before): PostgreSQL's
+    grouped query and the row-by-row merge give the same buckets, each checked by hand below."""
+    from scheduling import usage_series
+
+    now = usage.floor_to(timezone.now(), 4 * 3600) + timedelta(minutes=30)
+    bucket = usage.floor_to(now - timedelta(hours=3), 4 * 3600)  # the latest complete 4-hour bucket
+    old = now - timedelta(days=10)
+    old_bucket = usage.floor_to(old, 4 * 3600)
+    rg = resource_group.pk
+    UsageSample.objects.bulk_create(
+        [UsageSample(resolution=60, start=bucket + timedelta(minutes=m), scope="g", scope_id=rg,
+                     resource_group_id=rg, gpu_used=6, checkpoint_seconds=1, preemptions={"A": 1} if m < 2 else {})
+         for m in range(30)]
+        + [UsageSample(resolution=900, start=old_bucket + timedelta(minutes=15 * q), scope="g", scope_id=rg,
+                       resource_group_id=rg, gpu_used=4, pending=2, preemptions={"B": 3}) for q in range(4)])
+    args = ("g", rg, usage.floor_to(now - timedelta(days=30), 14400), usage.floor_to(now, 60), 14400, None)
+    grouped, merged = usage_series._built_sql(*args), usage_series._built_orm(*args)
+    assert set(grouped) == set(merged) == {int(bucket.timestamp()), int(old_bucket.timestamp())}
+    for b in grouped:
+        for field in (*usage.GAUGES, *usage.COUNTERS):
+            assert grouped[b].get(field, 0) == pytest.approx(merged[b].get(field, 0))
+        assert grouped[b].get("preemptions", {}) == merged[b].get("preemptions", {})
+    recent, older = grouped[int(bucket.timestamp())], grouped[int(old_bucket.timestamp())]
+    assert recent["gpu_used"] == pytest.approx(6 * 30 / 240) and recent["checkpoint_seconds"] == 30
+    assert recent["preemptions"] == {"A": 2}
+    assert older["gpu_used"] == pytest.approx(4 * 60 / 240) and older["pending"] == pytest.approx(2 * 60 / 240)
+    assert older["preemptions"] == {"B": 12}

@@ -25,6 +25,7 @@ from scheduling.models import (
 )
 from scheduling.permissions import OPERATORS_GROUP
 from scheduling.states import State
+from scheduling.usage_demo import seed_history
 
 # Demo-only credentials; the README says so too.
 OPERATOR = ("operator", "lattice-operator")
@@ -78,9 +79,11 @@ SESSION_TYPES = [
 ]
 
 TENANTS = {
-    "physics": {"fair_share": 0.40, "burst_allowance": 1.5, "max_nodes": 24, "max_gpus": 192},
-    "chemistry": {"fair_share": 0.35, "burst_allowance": 1.2, "max_nodes": 16, "max_gpus": 128},
-    "biology": {"fair_share": 0.25, "burst_allowance": None, "max_nodes": 12, "max_gpus": 96},
+    # Budgets (GPU-hours a calendar month) far above what a demo session runs: no queue-score
+    # penalty, a line on the portal's chart.
+    "physics": {"fair_share": 0.40, "burst_allowance": 1.5, "max_nodes": 24, "max_gpus": 192, "budget": 40000},
+    "chemistry": {"fair_share": 0.35, "burst_allowance": 1.2, "max_nodes": 16, "max_gpus": 128, "budget": 30000},
+    "biology": {"fair_share": 0.25, "burst_allowance": None, "max_nodes": 12, "max_gpus": 96, "budget": 20000},
 }
 
 
@@ -123,7 +126,8 @@ class Command(BaseCommand):
             Quota.objects.get_or_create(tenant=tenant, defaults={
                 "fair_share": q["fair_share"], "burst_allowance": q["burst_allowance"],
                 "max_nodes": q["max_nodes"], "max_gpus": q["max_gpus"], "max_concurrent_allocations": 40,
-                "max_preemption_class": 9, "max_priority": 90})
+                "max_preemption_class": 9, "max_priority": 90,
+                "gpu_hours_budget": q["budget"]})
             user, created = User.objects.get_or_create(username=MEMBERS[tname])
             if created:
                 user.set_password(MEMBER_PASSWORD)
@@ -131,6 +135,9 @@ class Command(BaseCommand):
             Membership.objects.get_or_create(user=user, tenant=tenant, defaults={"role": "admin"})
 
         self._seed_work()
+        history = seed_history(timezone.now())  # the charts' past; the sampler goes on from it
+        if history:
+            self.stdout.write(f"  usage history: {history} samples over the past week (made up for the demo)")
         self.stdout.write(self.style.SUCCESS(
             f"Demo ready: {ResourceGroup.objects.count()} resource groups, {Node.objects.count()} nodes, "
             f"{Tenant.objects.count()} tenants."))
