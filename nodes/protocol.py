@@ -220,20 +220,27 @@ def _holds_nul(raw: Any, text: str | bytes) -> bool:
 _BOUNDS: dict[str, tuple[int, int]] = {"seq": (0, 2**63 - 1), "exit_code": (-(2**31), 2**31 - 1),
                                        "pid": (0, 2**31 - 1), "seconds": (0, 2**31 - 1),
                                        "size_bytes": (0, 2**63 - 1)}
+# Per frame type, the bounded fields it has (looked up once, not tried on every frame).
+_BOUNDED: dict[type, tuple[tuple[str, int, int], ...]] = {
+    cls: tuple((name, *_BOUNDS[name]) for name in fields if name in _BOUNDS) for cls, fields in SCHEMA.values()}
 
 
 def _check(frame: Frame) -> None:
-    for name, (low, high) in _BOUNDS.items():
-        value = getattr(frame, name, None)
+    for name, low, high in _BOUNDED[type(frame)]:
+        value = getattr(frame, name)
         if value is not None and not low <= value <= high:
             raise BadFrame(f"{name} must be between {low} and {high}", frame.id)
+    if isinstance(frame, Heartbeat):  # the frame sent most, checked first
+        if frame.running and not all(is_allocation_id(x) for x in frame.running):
+            raise BadFrame("running must list allocation ids", frame.id)
+        if frame.gpus is not None:
+            _check_health(frame.gpus, frame.id)
+        return
     allocation = getattr(frame, "allocation", None)
     if allocation is not None and not is_allocation_id(allocation):
         raise BadFrame("allocation must be an allocation id (decimal digits)", frame.id)
     if isinstance(frame, Exited) and frame.reason not in EXIT_REASONS:
         raise BadFrame(f"reason must be one of {', '.join(EXIT_REASONS)}", frame.id)
-    if isinstance(frame, Heartbeat) and not all(is_allocation_id(x) for x in frame.running):
-        raise BadFrame("running must list allocation ids", frame.id)
     if isinstance(frame, Hello):
         for entry in frame.running:
             if not (isinstance(entry, dict) and is_allocation_id(entry.get("allocation"))
@@ -243,8 +250,6 @@ def _check(frame: Frame) -> None:
         raise BadFrame(f"cgroups_note must be at most {MAX_NOTE_CHARS} characters", frame.id)
     if isinstance(frame, Hello) and frame.devices is not None:
         _check_devices(frame.devices, frame.id)
-    if isinstance(frame, Heartbeat) and frame.gpus is not None:
-        _check_health(frame.gpus, frame.id)
     if isinstance(frame, CheckpointProgress) and not 0 <= frame.percent <= 100:
         raise BadFrame("percent must be between 0 and 100", frame.id)
 
@@ -260,6 +265,7 @@ _HEALTH_KEYS = {"index": (int,)}
 _HEALTH_OPTIONAL = {"temperature_c": (int,), "ecc_uncorrectable": (int,), "retired_pending": (bool,),
                     "xid": (list,)}
 MAX_XIDS = 16
+_INT_MAX = 2**31 - 1
 
 
 def _shaped(entry: object, required: dict[str, tuple[type, ...]], optional: dict[str, tuple[type, ...]]) -> bool:
@@ -291,16 +297,39 @@ def _check_devices(devices: list[Any], frame_id: str) -> None:
 
 
 def _check_health(gpus: list[Any], frame_id: str) -> None:
-    if len(gpus) > MAX_DEVICES or not all(_shaped(g, _HEALTH_KEYS, _HEALTH_OPTIONAL) and _xids(g.get("xid", []))
-                                          for g in gpus):
+    if len(gpus) > MAX_DEVICES or not all(_health_entry(g) for g in gpus):
         raise BadFrame("gpus are {index, temperature_c?, ecc_uncorrectable?, retired_pending?, xid?}", frame_id)
     if len({g["index"] for g in gpus}) != len(gpus):
         raise BadFrame("gpu indices must be distinct", frame_id)
 
 
+_HEALTH_FIELDS = frozenset(_HEALTH_KEYS) | frozenset(_HEALTH_OPTIONAL)
+
+
+def _health_entry(entry: object) -> bool:
+    """``_shaped(entry, _HEALTH_KEYS, _HEALTH_OPTIONAL)`` and its Xids, written out for the one
+    shape every heartbeat carries per GPU (the generic check was most of a heartbeat's parsing).
+    The values come from orjson, so ``type(...) is`` is exact: a boolean is no integer."""
+    if type(entry) is not dict or "index" not in entry or not _HEALTH_FIELDS.issuperset(entry):
+        return False
+    for key, value in entry.items():
+        kind = type(value)
+        if kind is int:
+            if key == "retired_pending" or key == "xid" or not 0 <= value <= _INT_MAX:
+                return False
+        elif kind is bool:
+            if key != "retired_pending":
+                return False
+        elif kind is list:
+            if key != "xid" or not _xids(value):
+                return False
+        else:
+            return False
+    return True
+
+
 def _xids(codes: list[Any]) -> bool:
-    return len(codes) <= MAX_XIDS and all(
-        isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 2**31 - 1 for c in codes)
+    return len(codes) <= MAX_XIDS and all(type(c) is int and 0 <= c <= _INT_MAX for c in codes)
 
 
 # -- frames the server sends -------------------------------------------------------------
@@ -371,6 +400,12 @@ class Kill:
 Command = Welcome | Ack | Error | Start | Checkpoint | Terminate | Kill
 # What the agent reports about an allocation (kept until acknowledged, resent after a reconnect).
 Report = Started | Exited | CheckpointProgress | CheckpointDone | Defer
+
+
+def ack_text(frame_id: str) -> str:
+    """``encode(Ack(id=frame_id))`` as the socket's text, written directly: one goes with every
+    heartbeat."""
+    return orjson.dumps({"type": Ack.type, "id": frame_id}).decode()
 
 
 def new_id() -> str:
