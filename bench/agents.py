@@ -278,8 +278,11 @@ def prepare(count: int) -> tuple[str, dict[str, str], list, list[str]]:
     from scheduling.models import ResourceGroup
 
     group = ResourceGroup.objects.create(name="bench", policy={"kind": "class_cost"})
-    nodes = Node.objects.bulk_create([Node(name=f"a{i:05d}", resource_group=group, gpu=8, state="ready")
-                                      for i in range(count)])
+    # Nodes of a running cluster: their GPUs' health stored by earlier heartbeats (a node's first
+    # report is judged in full once, which is not the steady state measured here).
+    health = [{"index": i, "temperature_c": 60, "ecc_uncorrectable": 0, "retired_pending": False} for i in range(GPUS)]
+    nodes = Node.objects.bulk_create([Node(name=f"a{i:05d}", resource_group=group, gpu=8, state="ready",
+                                           gpu_health=health) for i in range(count)])
     print(f"{count:,} nodes with agent tokens")
     return url, env, nodes, [agent_token_issue(node=n) for n in nodes]
 
