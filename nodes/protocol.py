@@ -17,6 +17,15 @@ from typing import Any, ClassVar
 
 import orjson
 
+from nodes.frame_shapes import (
+    DEVICE_KEYS,
+    DEVICE_OPTIONAL,
+    MIG_KEYS,
+    MIG_OPTIONAL,
+    health_entry,
+    shaped,
+)
+
 MAX_FRAME_BYTES = 64 * 1024
 MAX_ID_CHARS = 128  # ProcessedFrame.frame_id
 MAX_ALLOCATION_ID = 2**63 - 1
@@ -254,82 +263,23 @@ def _check(frame: Frame) -> None:
         raise BadFrame("percent must be between 0 and 100", frame.id)
 
 
-# A device: {index, uuid, model, memory_mib, healthy?, mig?: [{uuid, profile?, memory_mib?}]}.
-_DEVICE_KEYS = {"index": (int,), "uuid": (str,), "model": (str,), "memory_mib": (int,)}
-_DEVICE_OPTIONAL = {"healthy": (bool,), "mig": (list,)}
-_MIG_KEYS = {"uuid": (str,)}
-_MIG_OPTIONAL = {"profile": (str,), "memory_mib": (int,)}
-# Per-GPU health in a heartbeat: {index, temperature_c?, ecc_uncorrectable?, retired_pending?, xid?},
-# ``xid`` the Xid events seen since the previous heartbeat (at most MAX_XIDS codes).
-_HEALTH_KEYS = {"index": (int,)}
-_HEALTH_OPTIONAL = {"temperature_c": (int,), "ecc_uncorrectable": (int,), "retired_pending": (bool,),
-                    "xid": (list,)}
-MAX_XIDS = 16
-_INT_MAX = 2**31 - 1
-
-
-def _shaped(entry: object, required: dict[str, tuple[type, ...]], optional: dict[str, tuple[type, ...]]) -> bool:
-    """A JSON object with exactly these keys' types (a boolean is no integer), strings of at most
-    128 characters and integers from 0 to 2^31-1."""
-    if not isinstance(entry, dict) or not set(required) <= set(entry) <= set(required) | set(optional):
-        return False
-    for key, value in entry.items():
-        types = required.get(key) or optional[key]
-        if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
-            return False
-        if isinstance(value, str) and len(value) > 128:
-            return False
-        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= 2**31 - 1:
-            return False
-    return True
-
-
 def _check_devices(devices: list[Any], frame_id: str) -> None:
     if len(devices) > MAX_DEVICES:
         raise BadFrame(f"at most {MAX_DEVICES} devices", frame_id)
     for device in devices:
         mig = device.get("mig", []) if isinstance(device, dict) else []
-        if not _shaped(device, _DEVICE_KEYS, _DEVICE_OPTIONAL) or len(mig) > MAX_DEVICES or not all(
-                _shaped(m, _MIG_KEYS, _MIG_OPTIONAL) for m in mig):
+        if not shaped(device, DEVICE_KEYS, DEVICE_OPTIONAL) or len(mig) > MAX_DEVICES or not all(
+                shaped(m, MIG_KEYS, MIG_OPTIONAL) for m in mig):
             raise BadFrame("devices are {index, uuid, model, memory_mib, healthy?, mig?}", frame_id)
     if len({d["index"] for d in devices}) != len(devices):
         raise BadFrame("device indices must be distinct", frame_id)
 
 
 def _check_health(gpus: list[Any], frame_id: str) -> None:
-    if len(gpus) > MAX_DEVICES or not all(_health_entry(g) for g in gpus):
+    if len(gpus) > MAX_DEVICES or not all(health_entry(g) for g in gpus):
         raise BadFrame("gpus are {index, temperature_c?, ecc_uncorrectable?, retired_pending?, xid?}", frame_id)
     if len({g["index"] for g in gpus}) != len(gpus):
         raise BadFrame("gpu indices must be distinct", frame_id)
-
-
-_HEALTH_FIELDS = frozenset(_HEALTH_KEYS) | frozenset(_HEALTH_OPTIONAL)
-
-
-def _health_entry(entry: object) -> bool:
-    """``_shaped(entry, _HEALTH_KEYS, _HEALTH_OPTIONAL)`` and its Xids, written out for the one
-    shape every heartbeat carries per GPU (the generic check was most of a heartbeat's parsing).
-    The values come from orjson, so ``type(...) is`` is exact: a boolean is no integer."""
-    if type(entry) is not dict or "index" not in entry or not _HEALTH_FIELDS.issuperset(entry):
-        return False
-    for key, value in entry.items():
-        kind = type(value)
-        if kind is int:
-            if key == "retired_pending" or key == "xid" or not 0 <= value <= _INT_MAX:
-                return False
-        elif kind is bool:
-            if key != "retired_pending":
-                return False
-        elif kind is list:
-            if key != "xid" or not _xids(value):
-                return False
-        else:
-            return False
-    return True
-
-
-def _xids(codes: list[Any]) -> bool:
-    return len(codes) <= MAX_XIDS and all(type(c) is int and 0 <= c <= _INT_MAX for c in codes)
 
 
 # -- frames the server sends -------------------------------------------------------------
