@@ -30,6 +30,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 WARMUP_S = 3.0
+GPUS = 8  # per node: each hello lists their devices, each heartbeat their health (--gpus)
 sys.path.insert(0, str(ROOT))
 from bench.common import (  # noqa: E402
     CPU_BOUND,
@@ -100,6 +101,22 @@ class Visibility:
                 time.sleep(self.POLL_S)
 
 
+def hello_frame(frame_id: str) -> str:
+    """A hello as an agent on a GPU node sends it: its devices (index, UUID, model, memory)."""
+    devices = [{"index": i, "uuid": f"GPU-{uuid.UUID(int=i)}", "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559,
+                "healthy": True} for i in range(GPUS)]
+    return json.dumps({"type": "hello", "id": frame_id, "agent_version": "bench", "capacity": {}, "labels": {},
+                       "running": [], **({"devices": devices} if GPUS else {})})
+
+
+def heartbeat_frame(frame_id: str, seq: int) -> str:
+    """A heartbeat as an agent on a GPU node sends it: each GPU's health, temperatures moving."""
+    gpus = [{"index": i, "temperature_c": random.randint(55, 70), "ecc_uncorrectable": 0, "retired_pending": False}
+            for i in range(GPUS)]
+    return json.dumps({"type": "heartbeat", "id": frame_id, "seq": seq, "running": [],
+                       **({"gpus": gpus} if GPUS else {})})
+
+
 async def connect(url: str, token: str, hello: bool) -> Any:
     """One agent's connection, with its hello acknowledged."""
     import websockets
@@ -107,8 +124,7 @@ async def connect(url: str, token: str, hello: bool) -> Any:
     ws = await websockets.connect(url, additional_headers={"Authorization": f"Bearer {token}"},
                                   max_size=2**16, open_timeout=60)
     if hello:
-        await ws.send(json.dumps({"type": "hello", "id": "h", "agent_version": "bench", "capacity": {},
-                                  "labels": {}, "running": []}))
+        await ws.send(hello_frame("h"))
         while json.loads(await ws.recv()).get("type") != "ack":
             pass
     return ws
@@ -142,7 +158,7 @@ async def agent(ws: Any, rate: float, seconds: float, lat: list[float], acks: li
         seq = time.time_ns() // 1000
         if seen is not None and sent[frame_id] >= warm_until:
             seen.record(node_id, seq, sent[frame_id])
-        await ws.send(json.dumps({"type": "heartbeat", "id": frame_id, "seq": seq, "running": []}))
+        await ws.send(heartbeat_frame(frame_id, seq))
     await asyncio.sleep(1.0)
     task.cancel()
     await ws.close()
@@ -155,7 +171,7 @@ async def echo_client(url: str, seconds: float, counts: list[int]) -> None:
     async with websockets.connect(url, max_size=2**16, open_timeout=60) as ws:
         await asyncio.sleep(WARMUP_S / 10)
         end = time.perf_counter() + seconds
-        frame = json.dumps({"type": "heartbeat", "id": "x", "seq": 1, "running": []})
+        frame = heartbeat_frame("x", 1)
         while time.perf_counter() < end:
             await ws.send(frame)
             await ws.recv()
@@ -171,7 +187,7 @@ async def heartbeat_client(url: str, token: str, seconds: float, counts: list[in
     seq = time.time_ns() // 1000
     while time.perf_counter() < end:
         seq += 1
-        await ws.send(json.dumps({"type": "heartbeat", "id": "c", "seq": seq, "running": []}))
+        await ws.send(heartbeat_frame("c", seq))
         if json.loads(await ws.recv()).get("type") != "ack":
             raise RuntimeError("a heartbeat of the closed loop was refused")
         counts[0] += 1
@@ -238,8 +254,7 @@ async def live_agent(url: str, token: str, connected: list[int], lost: asyncio.E
         try:
             async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {token}"},
                                           open_timeout=30) as ws:
-                await ws.send(json.dumps({"type": "hello", "id": uuid.uuid4().hex, "agent_version": "bench",
-                                          "capacity": {}, "labels": {}, "running": []}))
+                await ws.send(hello_frame(uuid.uuid4().hex))
                 while json.loads(await ws.recv()).get("type") != "ack":
                     pass
                 back.append(time.perf_counter())
@@ -263,8 +278,11 @@ def prepare(count: int) -> tuple[str, dict[str, str], list, list[str]]:
     from scheduling.models import ResourceGroup
 
     group = ResourceGroup.objects.create(name="bench", policy={"kind": "class_cost"})
-    nodes = Node.objects.bulk_create([Node(name=f"a{i:05d}", resource_group=group, gpu=8, state="ready")
-                                      for i in range(count)])
+    # Nodes of a running cluster: their GPUs' health stored by earlier heartbeats (a node's first
+    # report is judged in full once, which is not the steady state measured here).
+    health = [{"index": i, "temperature_c": 60, "ecc_uncorrectable": 0, "retired_pending": False} for i in range(GPUS)]
+    nodes = Node.objects.bulk_create([Node(name=f"a{i:05d}", resource_group=group, gpu=8, state="ready",
+                                           gpu_health=health) for i in range(count)])
     print(f"{count:,} nodes with agent tokens")
     return url, env, nodes, [agent_token_issue(node=n) for n in nodes]
 
@@ -325,15 +343,17 @@ def steady_cases(args: argparse.Namespace, url: str, ws_url: str, server: subpro
 
 
 def main() -> None:
+    global GPUS, WARMUP_S
     parser = argparse.ArgumentParser()
     parser.add_argument("--agents", type=int, default=2000)
     parser.add_argument("--fast-agents", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--gpus", type=int, default=GPUS, help="GPUs per node in each hello and heartbeat")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    GPUS = args.gpus
     if args.quick:
-        global WARMUP_S
         WARMUP_S = 1.0
         args.agents, args.fast_agents, args.seconds, args.repeats = 100, 50, 3, 1
     os.sched_setaffinity(0, {1})

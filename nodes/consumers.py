@@ -20,7 +20,7 @@ from lattice_site.consumers import DirectDispatch
 from nodes import actions, health
 from nodes.heartbeats import batcher
 from nodes.models import Node
-from nodes.protocol import Ack, BadFrame, Error, Heartbeat, Hello, encode, parse
+from nodes.protocol import Ack, BadFrame, Error, Heartbeat, Hello, ack_text, encode, parse
 from scheduling.dispatch import agent_group
 
 CLOSE_AUTH = 4401
@@ -41,7 +41,7 @@ def in_pool(fn: Any) -> Any:
 
 class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
     node: Node | None = None
-    health_key: tuple[Any, ...] | None = None  # the GPU health last judged, and when (_health_changed)
+    health_key: tuple[Any, ...] | None = None  # the GPU health last judged or stored, and when (_health_due)
     health_at = 0.0
 
     async def connect(self) -> None:
@@ -54,6 +54,12 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         self.node = node
         self.group = agent_group(node.name)
         self.frames: deque[float] = deque()
+        self.batcher = batcher()
+        # The health the node has stored counts as judged: an agent reconnecting with the same
+        # report is not judged again (2,000 agents after a restart would each cost a transaction).
+        self.health_key = health.health_key(node.gpu_health if isinstance(node.gpu_health, list) else [],
+                                            node.gpu_max_temperature_c)
+        self.health_at = time.monotonic()
         # A second connection for the same node replaces the first.
         await self.channel_layer.group_send(self.group, {"type": "agent.replaced", "by": self.channel_name})
         await self.channel_layer.group_add(self.group, self.channel_name)
@@ -75,10 +81,10 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             await self._send(encode(Error(id=exc.frame_id, code="BAD_FRAME", message=str(exc))))
             return
         if isinstance(frame, Heartbeat):  # persisted in batches, acknowledged after their commit
-            if await batcher().submit(self.node.pk, frame.seq):
-                if frame.gpus is not None and self._health_changed(frame.gpus):
-                    await in_pool(health.node_gpu_health)(node=self.node, gpus=frame.gpus)
-                await self._send(encode(Ack(id=frame.id)))
+            if await self.batcher.submit(self.node.pk, frame.seq):
+                if frame.gpus is not None:
+                    await self._gpu_health(frame.gpus)
+                await self.base_send({"type": "websocket.send", "text": ack_text(frame.id)})
             else:
                 await self._send(encode(Error(id=frame.id, code="STALE_SEQUENCE",
                                               message=f"seq {frame.seq} is not greater than the last accepted one")))
@@ -102,19 +108,26 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         actions.allocation_report(node=self.node, frame=frame)
         return []
 
-    def _health_changed(self, gpus: list[dict[str, Any]]) -> bool:
-        """Whether GPU health is worth judging again (nodes/health.py): a counter, a flag, an Xid or
-        which side of the temperature limit a GPU is on changed, or a minute passed. Temperatures
-        move every heartbeat, so the node's row is not written with each."""
+    async def _gpu_health(self, gpus: list[dict[str, Any]]) -> None:
+        """Judge GPU health (nodes/health.py) when something that matters changed since it was
+        last judged or stored: a counter, a flag, an Xid or which side of the temperature limit a
+        GPU is on. Temperatures move every heartbeat, so the node's row is not written with each:
+        once a minute the readings are stored, in one statement, with nothing to judge."""
         assert self.node is not None
-        limit = self.node.gpu_max_temperature_c
-        key = tuple(sorted((g["index"], g.get("temperature_c", 0) > limit, g.get("ecc_uncorrectable", 0),
-                            bool(g.get("retired_pending")), tuple(g.get("xid", ()))) for g in gpus))
+        key = health.health_key(gpus, self.node.gpu_max_temperature_c)
         now = time.monotonic()
-        if key == self.health_key and now - self.health_at < HEALTH_REFRESH_S:
-            return False
+        if key == self.health_key:
+            if now - self.health_at < HEALTH_REFRESH_S:
+                return
+            self.health_at = now
+            limit = await in_pool(health.node_gpu_readings)(node_id=self.node.pk, gpus=gpus)
+            if limit is not None and limit == self.node.gpu_max_temperature_c:
+                return
+            if limit is not None:  # an operator moved the limit: judged again under it
+                self.node.gpu_max_temperature_c = limit
+                key = health.health_key(gpus, limit)
         self.health_key, self.health_at = key, now
-        return True
+        await in_pool(health.node_gpu_health)(node=self.node, gpus=gpus)
 
     def _too_fast(self) -> bool:
         now = time.monotonic()

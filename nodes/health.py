@@ -13,7 +13,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+import orjson
+from django.db import connection, transaction
 from django.utils import timezone
 
 from nodes.inventory import mismatch_of, record_mismatch
@@ -83,6 +84,36 @@ def node_gpu_health(*, node: Node, gpus: list[dict[str, Any]], now: datetime | N
     for alloc_id, text in asks:  # each in its own transaction, after the node's lock is released
         _checkpoint_for_ecc(alloc_id, text, moment)
     return fresh.health_reason
+
+
+def health_key(gpus: list[dict[str, Any]], limit: int) -> tuple[Any, ...]:
+    """What of a report ``judge`` depends on under a temperature limit of ``limit``: per GPU its
+    counters, flags and Xids, and which side of the limit it is on (not its degrees, which move
+    every heartbeat). Two reports with one key are judged alike."""
+    return tuple(sorted((g["index"], g.get("temperature_c", 0) > limit, g.get("ecc_uncorrectable", 0),
+                         bool(g.get("retired_pending")), tuple(g.get("xid", ()))) for g in gpus
+                        if isinstance(g, dict) and "index" in g))
+
+
+def node_gpu_readings(*, node_id: int, gpus: list[dict[str, Any]]) -> int | None:
+    """Store a report whose key (``health_key``) is the one last judged: only its readings moved,
+    so there is nothing to judge and nothing to tell; one statement that keeps the stored Xids
+    (as ``_merged`` does). Returns the node's temperature limit now (an operator may have changed
+    it: the caller judges again), None where this cannot be done in one statement (SQLite; a
+    report with Xids), which the caller then judges in full (``node_gpu_health``)."""
+    if connection.vendor != "postgresql" or any("xid" in g for g in gpus):
+        return None
+    table = Node._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(
+            f"UPDATE {table} AS n SET gpu_health = COALESCE((SELECT jsonb_agg(CASE WHEN old.e ? 'xid' "
+            f"THEN new.e || jsonb_build_object('xid', old.e -> 'xid') ELSE new.e END ORDER BY (new.e ->> 'index')::int) "
+            f"FROM jsonb_array_elements(%s::jsonb) AS new(e) LEFT JOIN jsonb_array_elements("
+            f"CASE WHEN jsonb_typeof(n.gpu_health) = 'array' THEN n.gpu_health ELSE '[]'::jsonb END) AS old(e) "
+            f"ON old.e -> 'index' = new.e -> 'index'), '[]'::jsonb) "
+            f"WHERE n.id = %s RETURNING n.gpu_max_temperature_c", [orjson.dumps(gpus).decode(), node_id])
+        row = cur.fetchone()
+    return None if row is None else int(row[0])
 
 
 def _apply(node: Node, reason: str, *, actor: Any, why: str) -> None:

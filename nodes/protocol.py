@@ -17,6 +17,15 @@ from typing import Any, ClassVar
 
 import orjson
 
+from nodes.frame_shapes import (
+    DEVICE_KEYS,
+    DEVICE_OPTIONAL,
+    MIG_KEYS,
+    MIG_OPTIONAL,
+    health_entry,
+    shaped,
+)
+
 MAX_FRAME_BYTES = 64 * 1024
 MAX_ID_CHARS = 128  # ProcessedFrame.frame_id
 MAX_ALLOCATION_ID = 2**63 - 1
@@ -220,20 +229,27 @@ def _holds_nul(raw: Any, text: str | bytes) -> bool:
 _BOUNDS: dict[str, tuple[int, int]] = {"seq": (0, 2**63 - 1), "exit_code": (-(2**31), 2**31 - 1),
                                        "pid": (0, 2**31 - 1), "seconds": (0, 2**31 - 1),
                                        "size_bytes": (0, 2**63 - 1)}
+# Per frame type, the bounded fields it has (looked up once, not tried on every frame).
+_BOUNDED: dict[type, tuple[tuple[str, int, int], ...]] = {
+    cls: tuple((name, *_BOUNDS[name]) for name in fields if name in _BOUNDS) for cls, fields in SCHEMA.values()}
 
 
 def _check(frame: Frame) -> None:
-    for name, (low, high) in _BOUNDS.items():
-        value = getattr(frame, name, None)
+    for name, low, high in _BOUNDED[type(frame)]:
+        value = getattr(frame, name)
         if value is not None and not low <= value <= high:
             raise BadFrame(f"{name} must be between {low} and {high}", frame.id)
+    if isinstance(frame, Heartbeat):  # the frame sent most, checked first
+        if frame.running and not all(is_allocation_id(x) for x in frame.running):
+            raise BadFrame("running must list allocation ids", frame.id)
+        if frame.gpus is not None:
+            _check_health(frame.gpus, frame.id)
+        return
     allocation = getattr(frame, "allocation", None)
     if allocation is not None and not is_allocation_id(allocation):
         raise BadFrame("allocation must be an allocation id (decimal digits)", frame.id)
     if isinstance(frame, Exited) and frame.reason not in EXIT_REASONS:
         raise BadFrame(f"reason must be one of {', '.join(EXIT_REASONS)}", frame.id)
-    if isinstance(frame, Heartbeat) and not all(is_allocation_id(x) for x in frame.running):
-        raise BadFrame("running must list allocation ids", frame.id)
     if isinstance(frame, Hello):
         for entry in frame.running:
             if not (isinstance(entry, dict) and is_allocation_id(entry.get("allocation"))
@@ -243,39 +259,8 @@ def _check(frame: Frame) -> None:
         raise BadFrame(f"cgroups_note must be at most {MAX_NOTE_CHARS} characters", frame.id)
     if isinstance(frame, Hello) and frame.devices is not None:
         _check_devices(frame.devices, frame.id)
-    if isinstance(frame, Heartbeat) and frame.gpus is not None:
-        _check_health(frame.gpus, frame.id)
     if isinstance(frame, CheckpointProgress) and not 0 <= frame.percent <= 100:
         raise BadFrame("percent must be between 0 and 100", frame.id)
-
-
-# A device: {index, uuid, model, memory_mib, healthy?, mig?: [{uuid, profile?, memory_mib?}]}.
-_DEVICE_KEYS = {"index": (int,), "uuid": (str,), "model": (str,), "memory_mib": (int,)}
-_DEVICE_OPTIONAL = {"healthy": (bool,), "mig": (list,)}
-_MIG_KEYS = {"uuid": (str,)}
-_MIG_OPTIONAL = {"profile": (str,), "memory_mib": (int,)}
-# Per-GPU health in a heartbeat: {index, temperature_c?, ecc_uncorrectable?, retired_pending?, xid?},
-# ``xid`` the Xid events seen since the previous heartbeat (at most MAX_XIDS codes).
-_HEALTH_KEYS = {"index": (int,)}
-_HEALTH_OPTIONAL = {"temperature_c": (int,), "ecc_uncorrectable": (int,), "retired_pending": (bool,),
-                    "xid": (list,)}
-MAX_XIDS = 16
-
-
-def _shaped(entry: object, required: dict[str, tuple[type, ...]], optional: dict[str, tuple[type, ...]]) -> bool:
-    """A JSON object with exactly these keys' types (a boolean is no integer), strings of at most
-    128 characters and integers from 0 to 2^31-1."""
-    if not isinstance(entry, dict) or not set(required) <= set(entry) <= set(required) | set(optional):
-        return False
-    for key, value in entry.items():
-        types = required.get(key) or optional[key]
-        if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
-            return False
-        if isinstance(value, str) and len(value) > 128:
-            return False
-        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= 2**31 - 1:
-            return False
-    return True
 
 
 def _check_devices(devices: list[Any], frame_id: str) -> None:
@@ -283,24 +268,18 @@ def _check_devices(devices: list[Any], frame_id: str) -> None:
         raise BadFrame(f"at most {MAX_DEVICES} devices", frame_id)
     for device in devices:
         mig = device.get("mig", []) if isinstance(device, dict) else []
-        if not _shaped(device, _DEVICE_KEYS, _DEVICE_OPTIONAL) or len(mig) > MAX_DEVICES or not all(
-                _shaped(m, _MIG_KEYS, _MIG_OPTIONAL) for m in mig):
+        if not shaped(device, DEVICE_KEYS, DEVICE_OPTIONAL) or len(mig) > MAX_DEVICES or not all(
+                shaped(m, MIG_KEYS, MIG_OPTIONAL) for m in mig):
             raise BadFrame("devices are {index, uuid, model, memory_mib, healthy?, mig?}", frame_id)
     if len({d["index"] for d in devices}) != len(devices):
         raise BadFrame("device indices must be distinct", frame_id)
 
 
 def _check_health(gpus: list[Any], frame_id: str) -> None:
-    if len(gpus) > MAX_DEVICES or not all(_shaped(g, _HEALTH_KEYS, _HEALTH_OPTIONAL) and _xids(g.get("xid", []))
-                                          for g in gpus):
+    if len(gpus) > MAX_DEVICES or not all(health_entry(g) for g in gpus):
         raise BadFrame("gpus are {index, temperature_c?, ecc_uncorrectable?, retired_pending?, xid?}", frame_id)
     if len({g["index"] for g in gpus}) != len(gpus):
         raise BadFrame("gpu indices must be distinct", frame_id)
-
-
-def _xids(codes: list[Any]) -> bool:
-    return len(codes) <= MAX_XIDS and all(
-        isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 2**31 - 1 for c in codes)
 
 
 # -- frames the server sends -------------------------------------------------------------
@@ -371,6 +350,12 @@ class Kill:
 Command = Welcome | Ack | Error | Start | Checkpoint | Terminate | Kill
 # What the agent reports about an allocation (kept until acknowledged, resent after a reconnect).
 Report = Started | Exited | CheckpointProgress | CheckpointDone | Defer
+
+
+def ack_text(frame_id: str) -> str:
+    """``encode(Ack(id=frame_id))`` as the socket's text, written directly: one goes with every
+    heartbeat."""
+    return orjson.dumps({"type": Ack.type, "id": frame_id}).decode()
 
 
 def new_id() -> str:

@@ -27,7 +27,13 @@ from scheduling.states import FINAL, HOLDING, State
 
 
 def tenant_for(user: AbstractBaseUser, tenant_name: str | None = None) -> Tenant:
-    memberships = Membership.objects.filter(user=user).select_related("tenant")
+    return membership_for(user, tenant_name).tenant
+
+
+def membership_for(user: AbstractBaseUser, tenant_name: str | None = None) -> Membership:
+    """The user's membership of the tenant it names (or of its only tenant), with the tenant and
+    its quota read in the same query (a submission needs all three)."""
+    memberships = Membership.objects.filter(user=user).select_related("tenant", "tenant__quota")
     if tenant_name:
         memberships = memberships.filter(tenant__name=tenant_name)
     found = list(memberships[:2])
@@ -36,16 +42,21 @@ def tenant_for(user: AbstractBaseUser, tenant_name: str | None = None) -> Tenant
                           field="tenant")
     if len(found) > 1:
         raise DomainError("you belong to several tenants: name one in 'tenant'", field="tenant")
-    return found[0].tenant
+    return found[0]
 
 
-def priority_for(tenant: Tenant, user: AbstractBaseUser, requested: int | None) -> int:
+def priority_for(tenant: Tenant, user: AbstractBaseUser, requested: int | None,
+                 membership: Membership | None = None) -> int:
     """The priority a request gets under its tenant's and its user's priority policies (Backend.AI's
     project and user resource policies): the default when it names none; else the named one, if this
     user may change priority at all and it lies in both ranges. The user's blank values take the
-    tenant's. A request outside the policy is refused naming ``priority``."""
-    policy = priority_policy(Quota.objects.filter(tenant=tenant).first(),
-                             Membership.objects.filter(tenant=tenant, user=user).first())
+    tenant's. A request outside the policy is refused naming ``priority``. ``membership``: the
+    user's in ``tenant`` when the caller has it (its tenant's quota read with it)."""
+    if membership is not None and membership.tenant_id == tenant.pk and membership.user_id == user.pk:
+        policy = priority_policy(getattr(tenant, "quota", None), membership)
+    else:
+        policy = priority_policy(Quota.objects.filter(tenant=tenant).first(),
+                                 Membership.objects.filter(tenant=tenant, user=user).first())
     default, changeable, low, high = policy
     if requested is None or requested == default:
         return default

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from django.db.models import Count, Max, Q
 
 from nodes.models import Node
 from nodes.protocol import MAX_START_FRAME_BYTES, Start, encode
@@ -37,30 +38,30 @@ def never_fits_errors(group: ResourceGroup, vc: VCluster | None, per_node: dict[
     counts whatever its state (a drained or down node may come back); a vCluster uses its own
     nodes, nodes with no home, and (unless ``own_only``: non-preemptible work) nodes it may
     borrow from vClusters that lend."""
-    rows = list(Node.objects.filter(resource_group=group).values("vcluster_id", *RESOURCES))
+    # One row per vCluster (and one for nodes with no home), aggregated in the database: a group
+    # of 10,000 nodes is not read node by node for every submission.
+    need = {resource: per_node.get(resource, 0) for resource in RESOURCES}
+    rows = list(Node.objects.filter(resource_group=group).order_by().values("vcluster_id").annotate(
+        nodes=Count("id"), holding=Count("id", filter=Q(**{f"{r}__gte": need[r] for r in RESOURCES})),
+        **{f"most_{r}": Max(r) for r in RESOURCES}))
     where = f"resource group {group.name}" + (f" (vCluster {vc.name})" if vc is not None else "")
     lendable: dict[int, int] = {}  # lender vCluster id -> how many nodes it may lend at most
     if vc is not None:
         if not own_only and vc.allow_borrowing:
-            homes: dict[int, int] = {}
-            for row in rows:
-                if row["vcluster_id"] is not None:
-                    homes[row["vcluster_id"]] = homes.get(row["vcluster_id"], 0) + 1
+            homes = {row["vcluster_id"]: row["nodes"] for row in rows if row["vcluster_id"] is not None}
             for lender in VCluster.objects.filter(pk__in=list(homes), allow_lending=True).exclude(pk=vc.pk):
                 lendable[lender.pk] = floor_limit(homes[lender.pk], lender.max_borrow_pct)
         rows = [r for r in rows if r["vcluster_id"] in (None, vc.pk) or lendable.get(r["vcluster_id"], 0) > 0]
     for resource in RESOURCES:
-        need = per_node.get(resource, 0)
-        most = max((r[resource] for r in rows), default=0)
-        if need > most:
-            return {"per_node": f"no node in {where} has {need} {resource} (the most any has is {most})"}
-    holding = [r for r in rows if all(r[res] >= per_node.get(res, 0) for res in RESOURCES)]
-    count = sum(1 for r in holding if r["vcluster_id"] in (None, getattr(vc, "pk", None)) or vc is None)
-    lent: dict[int, int] = {}
-    for r in holding:
-        if vc is not None and r["vcluster_id"] not in (None, vc.pk):
-            lent[r["vcluster_id"]] = lent.get(r["vcluster_id"], 0) + 1
-    count += sum(min(n, lendable[lender]) for lender, n in lent.items())
+        most = max((r[f"most_{resource}"] for r in rows), default=0)
+        if need[resource] > most:
+            return {"per_node": f"no node in {where} has {need[resource]} {resource} (the most any has is {most})"}
+    count = 0
+    for r in rows:
+        if vc is None or r["vcluster_id"] in (None, vc.pk):
+            count += r["holding"]
+        else:  # a lender's nodes, as many as it may lend
+            count += min(r["holding"], lendable[r["vcluster_id"]])
     if nodes > count:
         return {"nodes": f"{nodes} nodes asked, but only {count} node(s) in {where} could ever hold this per_node"}
     return {}

@@ -82,9 +82,10 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
                                 spec=spec, indices=indices, throttle=throttle)
             return Response(ArrayOutput(arrays_visible(request.user).get(pk=made.pk)).data,
                             status=status.HTTP_201_CREATED)
+        # Shown as stored, from the row just written with its related rows as validated (the
+        # submitter's own tenant's work): not read back.
         alloc = allocation_submit(user=request.user, tenant=data.validated_data["tenant_obj"],
                                   group=data.validated_data["resource_group"], fields=data.model_fields())
-        alloc = allocations_visible(request.user).get(pk=alloc.pk)
         return Response(AllocationOutput(alloc).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=VerbInput, responses={200: AllocationOutput})

@@ -6,10 +6,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from rest_framework import serializers
 
-from scheduling.actions.admission import priority_for, tenant_for
+from scheduling.actions.admission import membership_for, priority_for
 from scheduling.api.admission_checks import (
     MAX_ARRAY_INDEX,
     dependency_errors,
@@ -185,9 +186,10 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         user = self.context["request"].user
         try:
-            tenant = tenant_for(user, attrs.get("tenant"))
+            membership = membership_for(user, attrs.get("tenant"))
         except DomainError as exc:
             raise serializers.ValidationError({"tenant": exc.message}) from None
+        tenant = membership.tenant
         group = attrs.get("resource_group") or getattr(getattr(tenant, "quota", None), "default_resource_group", None)
         if group is None:
             raise serializers.ValidationError({"resource_group": "name a resource group (the tenant has no default)"})
@@ -199,10 +201,12 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
                 errors["depends_on"] = problem
         vc = st = None
         if attrs.get("vcluster"):
-            vc = VCluster.objects.filter(resource_group=group, name=attrs["vcluster"]).first()
+            members = VCluster.tenants.through.objects.filter(vcluster=OuterRef("pk"))
+            vc = VCluster.objects.filter(resource_group=group, name=attrs["vcluster"]).annotate(
+                restricted=Exists(members), admitted=Exists(members.filter(tenant=tenant))).first()
             if vc is None:
                 errors["vcluster"] = f"no vCluster {attrs['vcluster']!r} in {group.name}"
-            elif vc.tenants.exists() and not vc.tenants.filter(pk=tenant.pk).exists():
+            elif vc.restricted and not vc.admitted:  # type: ignore[attr-defined]
                 errors["vcluster"] = f"tenant {tenant.name} may not use vCluster {vc.name}"
         if attrs.get("session_type"):
             st = SessionType.objects.filter(resource_group=group, name=attrs["session_type"]).first()
@@ -214,7 +218,7 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
             errors["preemption_class"] = (f"{klass} is above the tenant's max_preemption_class "
                                           f"{quota.max_preemption_class}")
         try:
-            attrs["priority"] = priority_for(tenant, user, attrs.get("priority"))
+            attrs["priority"] = priority_for(tenant, user, attrs.get("priority"), membership)
         except DomainError as exc:
             errors["priority"] = exc.message
         if attrs.get("rank") is not None:
