@@ -488,6 +488,17 @@ class Cluster:
         self._cache[key] = (self.version, value)
         return value
 
+    def cached_state(self, key: Any, build: Callable[[], Any]) -> Any:
+        """Like ``cached``, for values that also read states (``a_running``): rebuilt after a
+        state-only change too."""
+        memo: dict[str, tuple[int, Any]] = self.cached(("state", key), dict)
+        hit = memo.get("value")
+        if hit is not None and hit[0] == self.state_version:
+            return hit[1]
+        value = build()
+        memo["value"] = (self.state_version, value)
+        return value
+
     def kept(self, key: Any, build: Callable[[], Any], patch: Callable[[Any, IArr], Any]) -> Any:
         """Like ``cached``, for values that depend on allocations only through per-node sums
         (``used``, ``count``): after a few allocations arrived or left, ``patch(value, nodes)``
