@@ -61,6 +61,19 @@ def _node_keys(view: RequestView, victim_ents: IArr, start: FArr, newest: bool,
     return {"top": top, "count": count, "sum": total, "start": -earliest if newest else earliest}
 
 
+def _node_top_count(cluster: Cluster, victim_ents: IArr) -> tuple[FArr, FArr]:
+    """Per node, the highest priority of its victims (-1: none) and how many: the first of each
+    node's run (most important first) and the run's length."""
+    n = len(cluster.node_names)
+    top, count = np.full(n, -1.0), np.zeros(n)
+    if len(victim_ents):
+        nodes = cluster.e_node[victim_ents]
+        first = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
+        top[nodes[first]] = cluster.a_prio[cluster.e_alloc[victim_ents[first]]]
+        count[nodes[first]] = np.diff(np.r_[first, len(nodes)])
+    return top, count
+
+
 def _best_node(keys: dict[str, FArr], allowed: BArr) -> int | None:
     cand = np.flatnonzero(allowed)
     if not len(cand):
@@ -87,13 +100,13 @@ def select_priority(view: RequestView, pool: BArr, start: FArr, bound: int | Non
     if view.k == 1:
         # The node rule's first key is the highest priority: the other keys are needed only on
         # the nodes tied at its least.
-        keys = _node_keys(view, victim_ents, start, newest, np.zeros(len(potential), dtype=bool))
+        top, count = _node_top_count(cluster, victim_ents)
         allowed = potential.copy()
         if bound is not None:
-            allowed &= keys["count"] <= bound
+            allowed &= count <= bound
         if not allowed.any():
             return Selection(None, "EXCEEDS_MAX_VICTIMS")
-        allowed &= keys["top"] == keys["top"][allowed].min()
+        allowed &= top == top[allowed].min()
         node = _best_node(_node_keys(view, victim_ents, start, newest, allowed), allowed)
         assert node is not None
         return Selection(sorted(per_node.get(node)))
