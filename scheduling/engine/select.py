@@ -43,12 +43,12 @@ def pool_entries(view: RequestView, pool: BArr) -> IArr:
     resource the request needs: any other victim is always given back and never in a cheapest
     set, so it cannot change a selection (an exclusive request, which needs every occupant gone,
     keeps them all)."""
-    ents, slots = _open_entries(view)
+    ents, slots = open_entries(view)
     result: IArr = ents[pool[slots]]
     return result
 
 
-def _open_entries(view: RequestView) -> tuple[IArr, IArr]:
+def open_entries(view: RequestView) -> tuple[IArr, IArr]:
     """The live entries any pool of this request shape draws from, and their slots (cached per
     shape until the snapshot changes: a decision then reads only these, not every entry)."""
     cluster = view.cluster

@@ -9,6 +9,7 @@ from .placement import RequestView, give_back
 from .select import (
     Selection,
     feasible_with_all,
+    open_entries,
     pool_entries,
     potential_nodes,
 )
@@ -27,6 +28,22 @@ def _importance_order(view: RequestView, start: FArr, newest: bool, now: float) 
         return result
 
     result: IArr = cluster.cached(("importance", newest, now), build)
+    return result
+
+
+def _open_importance_order(view: RequestView, start: FArr, newest: bool, now: float) -> IArr:
+    """The importance order of the entries any pool of this request shape draws from (cached per
+    shape): a decision filters these, not every live entry."""
+    cluster = view.cluster
+
+    def build() -> IArr:
+        order = _importance_order(view, start, newest, now)
+        is_open = np.zeros(len(cluster.e_alloc), dtype=bool)
+        is_open[open_entries(view)[0]] = True
+        result: IArr = order[is_open[order]]
+        return result
+
+    result: IArr = cluster.cached(("importance_open", newest, now, view.shape_key), build)
     return result
 
 
@@ -91,7 +108,7 @@ def select_priority(view: RequestView, pool: BArr, start: FArr, bound: int | Non
     potential, freed = potential_nodes(view, ents)
     if not len(ents) or not feasible_with_all(view, potential):
         return Selection(None, "NO_FEASIBLE_SET")
-    order = _importance_order(view, start, newest, now)
+    order = _open_importance_order(view, start, newest, now)
     wanted = np.zeros(len(cluster.e_alloc), dtype=bool)
     wanted[ents[potential[cluster.e_node[ents]]]] = True
     ordered = order[wanted[order]]
