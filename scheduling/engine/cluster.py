@@ -400,7 +400,8 @@ class Cluster:
         vcl = list(map(attrgetter("vcluster"), running))
         vcs = {v: self._vc(v) for v in dict.fromkeys(vcl)}
         self.a_vc[:n] = list(map(vcs.__getitem__, vcl))
-        st_of = {**self.st_index, None: self.st_index.get("", self.st_default)}  # no type: as named ""
+        st_of: dict[str | None, int] = {name: i for name, i in self.st_index.items()}
+        st_of[None] = self.st_index.get("", self.st_default)  # no session type: looked up as ""
         self.a_st[:n] = list(map(st_of.get, map(attrgetter("session_type"), running), repeat(self.st_default, n)))
         own_rank = nullable("rank")
         self.a_rank[:n] = np.where(np.isnan(own_rank), self.st_rank[self.a_st[:n]], own_rank).astype(np.int64)
