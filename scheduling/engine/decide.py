@@ -21,6 +21,7 @@ from .explain import explain
 from .model import Allocation, Policy, Scenario, effective_mode, victim_action
 from .placement import RequestView
 from .select import Selection
+from .select_bounds import node_entries
 from .select_cost import select_class_cost
 from .select_priority import select_priority
 from .select_walk import fewest_victims, ordered_greedy, rank_takes
@@ -136,7 +137,7 @@ def _gates(cluster: Cluster, policy: Policy, req: Allocation, now: float) -> Gat
     return gates
 
 
-def _walk_positions(cluster: Cluster, policy: Policy, gates: Gates, now: float) -> tuple[IArr, IArr, IArr]:
+def _walk_positions(cluster: Cluster, policy: Policy, gates: Gates, now: float) -> tuple[IArr, IArr]:
     """Each slot's place in the kind's walk order (cached until the snapshot changes)."""
     kind = policy.kind
     n = cluster.slots
@@ -149,7 +150,7 @@ def _walk_positions(cluster: Cluster, policy: Policy, gates: Gates, now: float) 
     else:
         key = ("walk", kind, now)
 
-    def build() -> tuple[IArr, IArr, IArr]:
+    def build() -> tuple[IArr, IArr]:
         start = np.where(np.isnan(cluster.a_start[:n]), now, cluster.a_start[:n])
         rank = cluster.id_rank()
         st = cluster.a_st[:n]
@@ -176,11 +177,9 @@ def _walk_positions(cluster: Cluster, policy: Policy, gates: Gates, now: float) 
             order = np.lexsort((rank, -start))
         pos = np.empty(n, dtype=np.int64)
         pos[order] = np.arange(n)
-        live = cluster.live_entries()
-        entry_order = live[np.lexsort((pos[cluster.e_alloc[live]], cluster.e_node[live]))]
-        return pos, order.astype(np.int64), entry_order
+        return pos, order.astype(np.int64)
 
-    result: tuple[IArr, IArr, IArr] = cluster.cached(key, build)
+    result: tuple[IArr, IArr] = cluster.cached(key, build)
     return result
 
 
@@ -343,29 +342,26 @@ def _build(cluster: Cluster, policy: Policy, req: Allocation, gates: Gates, judg
 def _summary(cluster: Cluster, judged: Judged, is_cost: bool, chosen: set[int], skipped: set[int],
              nodes: Sequence[str], max_rows: int) -> tuple[tuple[Candidate, ...], dict[str, int]]:
     """Every candidate up to ``max_rows``; beyond, the victims and every candidate on the
-    decision's nodes, with counts per code for the others."""
-    live = judged.codes >= 0
-    if int(live.sum()) <= max_rows:
+    decision's nodes, with counts per code for the others (the judged counts less those rows:
+    no pass over every slot)."""
+    if int(judged.counts.sum()) <= max_rows:
         return _candidates(cluster, judged, is_cost, chosen, skipped), {}
-    near = np.zeros(len(judged.codes), dtype=bool)
-    chosen_nodes = np.zeros(len(cluster.node_names), dtype=bool)
-    chosen_nodes[[cluster.node_index[n] for n in nodes]] = True
-    slots, on_nodes = cluster.live_slots_nodes()
-    near[slots[chosen_nodes[on_nodes]]] = True
-    near[list(chosen)] = True
-    near &= live
-    rows = _candidates(cluster, judged, is_cost, chosen, skipped, near)
-    rest = live & ~near
-    counts = np.bincount(judged.codes[rest], minlength=len(CODES))
+    grouped, starts = node_entries(cluster)
+    here = [grouped[starts[i]:starts[i + 1]] for i in sorted(cluster.node_index[n] for n in nodes)]
+    near_slots = np.unique(np.concatenate([cluster.e_alloc[e] for e in here] + [np.array(sorted(chosen),
+                                                                                         dtype=np.int64)]))
+    near_slots = near_slots[judged.codes[near_slots] >= 0]
+    rows = _candidates(cluster, judged, is_cost, chosen, skipped, near_slots)
+    counts = judged.counts - np.bincount(judged.codes[near_slots].astype(np.int64), minlength=len(CODES))
     named = {("NOT_NEEDED" if k == 0 else CODES[k]): int(counts[k]) for k in np.flatnonzero(counts).tolist()}
     return rows, named
 
 
 def _candidates(cluster: Cluster, judged: Judged, is_cost: bool, chosen: set[int],
-                skipped: set[int], only: BArr | None = None) -> tuple[Candidate, ...]:
+                skipped: set[int], only: IArr | None = None) -> tuple[Candidate, ...]:
     codes, cost = judged.codes, judged.cost
     rows = []
-    for s in np.flatnonzero((codes >= 0) if only is None else only).tolist():
+    for s in (np.flatnonzero(codes >= 0) if only is None else only).tolist():
         ident = str(cluster.a_ids[s])
         c = float(cost[s]) if is_cost and cost is not None and codes[s] == 0 else None
         if s in chosen:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from .cluster import EPS, MIXED, NO_VC, BArr, Cluster, FArr, IArr
 from .model import Allocation, Policy, SessionType
@@ -25,6 +26,17 @@ CODES = [
     "NOT_OVER_ALLOCATED", "WITHIN_FAIR_SHARE", "AGGRESSIVE_ONLY", "NOT_ON_USABLE_NODE",
 ]
 CODE = {name: i for i, name in enumerate(CODES)}
+# Codes are one byte per slot: every pass over them reads an eighth of what int64 would.
+CArr = npt.NDArray[np.int8]
+# The codes each kind's own rules may give (what judge counts besides the protections).
+KIND_CODES = {
+    "class_cost": ("CLASS_NOT_LOWER",),
+    "priority": ("PRIORITY_NOT_LOWER", "ABOVE_PREEMPTIBLE_PRIORITY", "OUT_OF_SCOPE"),
+    "queue": ("QUEUE_NOT_LOWER", "QUEUE_NOT_PREEMPTABLE", "EXEMPT_JOBTYPE", "NO_PREEMPT_RUN_TIME",
+              "NO_PREEMPT_FINISH_TIME", "NO_PREEMPT_INTERVAL"),
+    "rank": ("NOT_OVER_ALLOCATED", "RANK_NOT_LOWER"),
+    "fair_share": ("WITHIN_FAIR_SHARE", "AGGRESSIVE_ONLY"),
+}
 
 
 @dataclass(slots=True)
@@ -42,18 +54,21 @@ class Gates:
 
 @dataclass(slots=True)
 class Judged:
-    """Per slot: the code (0 = eligible), reclaim flag, cost (class_cost) and start time."""
+    """Per slot: the code (0 = eligible, -1 = empty slot), reclaim flag, cost (class_cost) and
+    start time; and how many live slots have each code (what a stored summary counts)."""
 
-    codes: IArr
+    codes: CArr
     eligible: BArr
     reclaim: BArr
     cost: FArr | None
     start: FArr
+    counts: IArr
 
 
-def _assign(codes: IArr, mask: BArr, name: str) -> None:
-    """Give ``name`` to every slot that has no code yet and matches ``mask``."""
-    codes[(codes == 0) & mask] = CODE[name]
+def _assign(codes: CArr, mask: BArr, name: str) -> None:
+    """Give ``name`` to every slot that has no code yet and matches ``mask`` (an addition, not a
+    masked write: one pass the processor does many slots at a time)."""
+    codes += ((codes == 0) & mask).view(np.int8) * np.int8(CODE[name])
 
 
 def _times(cluster: Cluster, now: float) -> tuple[FArr, FArr, FArr, BArr]:
@@ -71,14 +86,20 @@ def _times(cluster: Cluster, now: float) -> tuple[FArr, FArr, FArr, BArr]:
     return result
 
 
-def protections(cluster: Cluster, policy: Policy, now: float, sensitive_request: bool) -> IArr:
-    """Section 4.2 codes per slot (-1 for empty slots); they do not depend on the request.
-    NOT_RUNNING, the first rule, is applied on each call: victims leave between two decisions of
-    a pass, and the other rules, cached until the snapshot itself changes, need not be redone."""
-    def build() -> IArr:
+def protections(cluster: Cluster, policy: Policy, now: float, sensitive_request: bool) -> CArr:
+    """Section 4.2 codes per slot (-1 for empty slots); they do not depend on the request."""
+    return _protections(cluster, policy, now, sensitive_request)[0]
+
+
+def _protections(cluster: Cluster, policy: Policy, now: float, sensitive_request: bool) -> tuple[CArr, IArr]:
+    """The protection codes per slot and how many live slots have each. NOT_RUNNING, the first
+    rule, is applied apart: victims leave between two decisions of a pass (a state-only change)
+    while the other rules, cached until the snapshot itself changes, need not be redone; the
+    few slots leaving are patched into a copy, and into the counts."""
+    def build() -> tuple[CArr, IArr]:
         n = cluster.slots
         _, elapsed, remaining, _ = _times(cluster, now)
-        codes: IArr = np.where(cluster.alive[:n], 0, -1).astype(np.int64)
+        codes: CArr = np.where(cluster.alive[:n], 0, -1).astype(np.int8)
         vc = cluster.a_vc[:n]
         vc_i = np.where(vc >= 0, vc, len(cluster.vc_sensitive) - 1)
         _assign(codes, cluster.a_sens[:n] | cluster.vc_sensitive[vc_i], "SENSITIVE")
@@ -90,13 +111,27 @@ def protections(cluster: Cluster, policy: Policy, now: float, sensitive_request:
             _assign(codes, (cluster.a_ckpt[:n] == 2) & (cluster.a_class[:n] >= 7), "NO_CHECKPOINT_HIGH_CLASS")
             _assign(codes, elapsed < policy.min_runtime_minutes * MINUTE - EPS, "MIN_RUNTIME")
             _assign(codes, cluster.a_pcount[:n] >= _max_preemptions(cluster, policy, n), "MAX_PREEMPTIONS")
-        return codes
+        codes.flags.writeable = False
+        counts = np.bincount(codes[codes >= 0], minlength=len(CODES)).astype(np.int64)
+        return codes, counts
 
     key = ("protections", now, policy.near_completion_minutes, policy.min_runtime_minutes,
            policy.max_preemptions_per_job, sensitive_request)
-    n = cluster.slots
-    rest: IArr = cluster.cached(key, build)
-    result: IArr = np.where(cluster.alive[:n] & ~cluster.a_running[:n], CODE["NOT_RUNNING"], rest)
+    rest, rest_counts = cluster.cached(key, build)
+
+    def leaving() -> tuple[CArr, IArr]:
+        n = cluster.slots
+        slots = np.flatnonzero(cluster.alive[:n] & ~cluster.a_running[:n])
+        if not len(slots):
+            return rest, rest_counts
+        codes = rest.copy()
+        counts = rest_counts - np.bincount(codes[slots], minlength=len(CODES))
+        counts[CODE["NOT_RUNNING"]] += len(slots)
+        codes[slots] = CODE["NOT_RUNNING"]
+        codes.flags.writeable = False
+        return codes, counts
+
+    result: tuple[CArr, IArr] = cluster.cached_state(("protections_now", *key), leaving)
     return result
 
 
@@ -111,38 +146,68 @@ def _max_preemptions(cluster: Cluster, policy: Policy, n: int) -> FArr:
 
 def judge(cluster: Cluster, view: RequestView, policy: Policy, req: Allocation, now: float,
           gates: Gates) -> Judged:
+    """Every slot's code, in the contract's order: protections, then the kind's rules (reclaimed
+    work exempt where the policy says so), then NOT_ON_USABLE_NODE; with the counts per code."""
     n = cluster.slots
     start, elapsed, remaining, has_wall = _times(cluster, now)
-    protected = protections(cluster, policy, now, gates.sensitive)
+    protected, counts = _protections(cluster, policy, now, gates.sensitive)
     reclaim = _reclaim_mask(cluster, view, n)
-    kind_codes = np.zeros(n, dtype=np.int64)
+    kind_codes: CArr = np.zeros(n, dtype=np.int8)
     _kind_codes(cluster, kind_codes, policy, req, now, gates, elapsed, remaining, has_wall)
     if policy.reclaim_rule == "any":
         kind_codes[reclaim] = 0
-    codes: IArr = np.where(protected == 0, kind_codes, protected)
-    slots, nodes = cluster.live_slots_nodes()
-    on_usable = np.bincount(slots[view.placeable[nodes]], minlength=n) > 0
-    _assign(codes, ~on_usable, "NOT_ON_USABLE_NODE")
-    eligible = codes == 0
+    # One arithmetic pass instead of masked writes: a live unprotected slot takes its kind code,
+    # else NOT_ON_USABLE_NODE off the request's usable nodes, else 0.
+    free = protected == 0
+    kind_codes *= free
+    open_ = free & (kind_codes == 0)
+    usable = _on_usable(cluster, view)
+    off = open_ & ~usable
+    codes: CArr = protected + kind_codes + off.view(np.int8) * np.int8(CODE["NOT_ON_USABLE_NODE"])
+    eligible = open_ & usable
+    counts = counts.copy()
+    for name in KIND_CODES[policy.kind]:
+        counts[CODE[name]] = np.count_nonzero(kind_codes == CODE[name])
+    counts[CODE["NOT_ON_USABLE_NODE"]] = np.count_nonzero(off)
+    counts[0] = np.count_nonzero(eligible)
     cost = class_cost(cluster, policy, now) if policy.kind == "class_cost" else None
-    return Judged(codes, eligible, reclaim & eligible, cost, start)
+    return Judged(codes, eligible, reclaim & eligible, cost, start, counts)
+
+
+def _on_usable(cluster: Cluster, view: RequestView) -> BArr:
+    """Slots with an entry on a node the request may be placed on (cached per request shape)."""
+    def build() -> BArr:
+        slots, nodes = cluster.live_slots_nodes()
+        result: BArr = np.bincount(slots[view.placeable[nodes]], minlength=cluster.slots) > 0
+        result.flags.writeable = False
+        return result
+
+    result: BArr = cluster.cached(("on_usable", view.shape_key), build)
+    return result
 
 
 def _reclaim_mask(cluster: Cluster, view: RequestView, n: int) -> BArr:
+    """Slots on nodes the request's vCluster lent out (cached per vCluster)."""
     v = view.vc_idx
     if v == NO_VC:
         return np.zeros(n, dtype=bool)
-    home = cluster.a_borrow_home[:n]
-    mask: BArr = (home == v) & (cluster.a_vc[:n] != v)
-    for s in np.flatnonzero(home == MIXED).tolist():
-        a = cluster.objs[s]
-        assert a is not None
-        mask[s] = any(cluster.node_vc[cluster.node_index[nm]] == v
-                      and cluster.node_bb[cluster.node_index[nm]] == cluster.a_vc[s] for nm in a.placement)
-    return mask
+
+    def build() -> BArr:
+        home = cluster.a_borrow_home[:n]
+        mask: BArr = (home == v) & (cluster.a_vc[:n] != v)
+        for s in np.flatnonzero(home == MIXED).tolist():
+            a = cluster.objs[s]
+            assert a is not None
+            mask[s] = any(cluster.node_vc[cluster.node_index[nm]] == v
+                          and cluster.node_bb[cluster.node_index[nm]] == cluster.a_vc[s] for nm in a.placement)
+        mask.flags.writeable = False
+        return mask
+
+    result: BArr = cluster.cached(("reclaim", v), build)
+    return result
 
 
-def _kind_codes(cluster: Cluster, codes: IArr, policy: Policy, req: Allocation, now: float, gates: Gates,
+def _kind_codes(cluster: Cluster, codes: CArr, policy: Policy, req: Allocation, now: float, gates: Gates,
                 elapsed: FArr, remaining: FArr, has_wall: BArr) -> None:
     n = len(codes)
     kind = policy.kind
@@ -193,12 +258,7 @@ def _kind_codes(cluster: Cluster, codes: IArr, policy: Policy, req: Allocation, 
             # started_at is the latest start or resume: a requeued victim starts afresh.
             _assign(codes, elapsed < policy.no_preempt_interval_minutes * MINUTE - EPS, "NO_PREEMPT_INTERVAL")
     elif kind == "rank":
-        tenant = cluster.a_tenant[:n]
-        shares = cluster.tenant_shares()
-        fair = cluster.t_fair
-        _assign(codes, ~(shares[tenant] > fair[tenant] + EPS), "NOT_OVER_ALLOCATED")
-        after: FArr = cluster.cached("share_after", lambda: _share_after(cluster, tenant, cluster.a_held[:n]))
-        _assign(codes, after < fair[tenant] - EPS, "NOT_OVER_ALLOCATED")
+        _assign(codes, _not_over_allocated(cluster, n), "NOT_OVER_ALLOCATED")
         ranks = cluster.a_rank[:n]
         mine = gates.session_type
         own = req.rank if req.rank is not None else mine.rank
@@ -212,6 +272,22 @@ def _kind_codes(cluster: Cluster, codes: IArr, policy: Policy, req: Allocation, 
             allowed = cluster.vc_aggressive[cluster.a_vc[:n]]
             bands = np.where((bands == CODE["AGGRESSIVE_ONLY"]) & allowed, 0, bands)
         codes[:] = np.where(codes == 0, bands, codes)
+
+
+def _not_over_allocated(cluster: Cluster, n: int) -> BArr:
+    """rank: slots whose tenant is not over its fair share, or would fall below it without them
+    (the request does not enter: cached until the snapshot changes)."""
+    def build() -> BArr:
+        tenant = cluster.a_tenant[:n]
+        fair = cluster.t_fair
+        over = cluster.tenant_shares() > fair + EPS
+        after = _share_after(cluster, tenant, cluster.a_held[:n])
+        result: BArr = ~over[tenant] | (after < fair[tenant] - EPS)
+        result.flags.writeable = False
+        return result
+
+    result: BArr = cluster.cached("not_over_allocated", build)
+    return result
 
 
 def _share_after(cluster: Cluster, tenant: IArr, minus: FArr) -> FArr:

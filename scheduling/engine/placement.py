@@ -42,6 +42,7 @@ class RequestView:
         self.exclusive = req.exclusive
         key = ("view", tuple(sorted(req.per_node.items())), tuple(sorted(req.labels.items())), req.same,
                req.vcluster, req.exclusive, is_non_preemptible(cluster, req))
+        self.shape_key = key  # what values cached per request shape are keyed by
 
         # What _compute derives from the snapshot and the request's shape alone (every attribute it
         # sets): kept per shape (not changed by state-only changes, which none of it reads),

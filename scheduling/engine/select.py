@@ -43,13 +43,25 @@ def pool_entries(view: RequestView, pool: BArr) -> IArr:
     resource the request needs: any other victim is always given back and never in a cheapest
     set, so it cannot change a selection (an exclusive request, which needs every occupant gone,
     keeps them all)."""
+    ents, slots = open_entries(view)
+    result: IArr = ents[pool[slots]]
+    return result
+
+
+def open_entries(view: RequestView) -> tuple[IArr, IArr]:
+    """The live entries any pool of this request shape draws from, and their slots (cached per
+    shape until the snapshot changes: a decision then reads only these, not every entry)."""
     cluster = view.cluster
-    live = cluster.live_entries()
-    slots, nodes = cluster.live_slots_nodes()
-    keep = pool[slots] & (view.placeable & ~view.base_ok)[nodes]
-    if not view.exclusive and len(view.need_idx):
-        keep &= _frees_needed(view)
-    result: IArr = live[keep]
+
+    def build() -> tuple[IArr, IArr]:
+        live = cluster.live_entries()
+        slots, nodes = cluster.live_slots_nodes()
+        keep = (view.placeable & ~view.base_ok)[nodes]
+        if not view.exclusive and len(view.need_idx):
+            keep &= _frees_needed(view)
+        return live[keep], slots[keep]
+
+    result: tuple[IArr, IArr] = cluster.cached(("open_entries", view.shape_key), build)
     return result
 
 
@@ -66,31 +78,33 @@ def _frees_needed(view: RequestView) -> BArr:
     return result
 
 
-def _node_sums(view: RequestView, ents: IArr) -> tuple[FArr, IArr]:
+def _node_sums(view: RequestView, ents: IArr) -> FArr:
     cluster = view.cluster
     n = len(cluster.node_names)
     nodes = cluster.e_node[ents]
     freed = np.zeros((n, len(cluster.res_names)))
     for r in view.need_idx.tolist():
         freed[:, r] = np.bincount(nodes, weights=cluster.e_res[ents, r], minlength=n)
-    return freed, np.bincount(nodes, minlength=n)
+    return freed
 
 
 def potential_nodes(view: RequestView, ents: IArr) -> tuple[BArr, FArr]:
     """Nodes where removing every pool entry would make the request fit."""
     cluster = view.cluster
-    freed, count = _node_sums(view, ents)
+    freed = _node_sums(view, ents)
     ok = view.placeable & ~view.base_ok
     idx = view.need_idx
     if len(idx):
         ok &= np.all(view.free[:, idx] + freed[:, idx] + EPS >= view.need[idx], axis=1)
     if view.exclusive:
-        ok &= count == cluster.count
+        ok &= np.bincount(cluster.e_node[ents], minlength=len(cluster.node_names)) == cluster.count
     return ok, freed
 
 
 def feasible_with_all(view: RequestView, potential: BArr) -> bool:
     counts = view.base_count + view.lendable_cap
+    if len(counts) == 1:  # one group (no "same" label): every node is in it
+        return bool(counts[0] + np.count_nonzero(potential) >= view.k)
     extra = np.bincount(view.group[potential], minlength=len(counts))
     return bool(np.any(counts + extra[: len(counts)] >= view.k))
 

@@ -9,8 +9,9 @@ other. A node whose bound exceeds the best set found so far is never searched.
 
 Within one snapshot version the bounds change only where the pool changes
 (victims chosen by earlier decisions of a pass stop being candidates), so the
-last bounds of each request shape are kept and only the nodes whose pool
-entries changed are computed again. Both ways sum every node's entries in the
+bounds of the last few pools of each request shape are kept (requests of other
+classes or vCluster draw other pools) and, from the nearest, only the nodes
+whose pool entries changed are computed again. Both ways sum every node's entries in the
 same order, so a patched bound is the very number a full computation gives.
 """
 
@@ -26,6 +27,8 @@ from .placement import RequestView
 _NONE = np.iinfo(np.int64).max
 # Beyond this share of changed entries a full computation is cheaper than patching nodes.
 _PATCH_SHARE = 0.05
+# Pools whose bounds are kept per request shape (the most recently used last).
+_POOLS_KEPT = 8
 
 
 def _node_sorted(cluster: Cluster, key: tuple[Any, ...], sort_keys: Any) -> tuple[IArr, IArr]:
@@ -127,21 +130,27 @@ def lower_bounds(view: RequestView, ents: IArr, mask: BArr, potential: BArr, cos
     least two), and the sum of that many cheapest costs (infinite where no such set can).
     ``mask`` is ``pool_mask(cluster, ents)``."""
     cluster = view.cluster
-    # Kept until the snapshot changes (not on state-only changes), per request shape.
-    memo: dict[str, tuple[BArr, FArr, IArr]] = cluster.cached(
-        ("bounds", tuple(view.need.tolist()), view.exclusive, cost_key), dict)
-    last = memo.get("last")
-    if last is not None and len(last[0]) == len(mask):
-        changed = np.flatnonzero(mask != last[0])
-        if len(changed) <= _PATCH_SHARE * max(1, len(ents)):
-            nodes = np.unique(cluster.e_node[changed])
-            lower, fewest = last[1].copy(), last[2].copy()
-            if len(nodes):
-                part_lower, part_fewest = _compute(view, mask, cost, cost_key, nodes)
-                lower[nodes], fewest[nodes] = part_lower[nodes], part_fewest[nodes]
-        else:
-            lower, fewest = _compute(view, mask, cost, cost_key, None)
+    # Kept until the snapshot changes (not on state-only changes), per request shape: the bounds
+    # of the last few pools (requests of other classes or vCluster draw other pools from the same
+    # shape), each patched where the next pool differs from it, when it differs little.
+    memo: list[tuple[BArr, FArr, IArr]] = cluster.cached(
+        ("bounds", tuple(view.need.tolist()), view.exclusive, cost_key), list)
+    nearest, changed = None, None
+    for i, last in enumerate(memo):
+        if len(last[0]) == len(mask):
+            differs = int(np.count_nonzero(mask != last[0]))
+            if differs <= _PATCH_SHARE * max(1, len(ents)) and (changed is None or differs < len(changed)):
+                nearest, changed = i, np.flatnonzero(mask != last[0])
+    if nearest is not None and changed is not None:
+        _, last_lower, last_fewest = memo.pop(nearest)
+        lower, fewest = last_lower.copy(), last_fewest.copy()
+        nodes = np.unique(cluster.e_node[changed])
+        if len(nodes):
+            part_lower, part_fewest = _compute(view, mask, cost, cost_key, nodes)
+            lower[nodes], fewest[nodes] = part_lower[nodes], part_fewest[nodes]
     else:
         lower, fewest = _compute(view, mask, cost, cost_key, None)
-    memo["last"] = (mask, lower, fewest)
+        if len(memo) >= _POOLS_KEPT:
+            memo.pop(0)
+    memo.append((mask, lower, fewest))
     return np.where(potential, lower, np.inf), fewest

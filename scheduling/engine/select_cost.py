@@ -97,8 +97,12 @@ def _single_victim_entries(view: RequestView, ents: IArr, potential: BArr) -> BA
     cluster = view.cluster
     nodes = cluster.e_node[ents]
     single: BArr = potential[nodes]
+    on = np.flatnonzero(single)  # only entries on potential nodes are looked at further
+    on_nodes, on_ents = nodes[on], ents[on]
+    ok = np.ones(len(on), dtype=bool)
     for r in view.need_idx.tolist():  # one column at a time: no copy of every resource of every entry
-        single &= view.free[nodes, r] + cluster.e_res[ents, r] + EPS >= view.need[r]
+        ok &= view.free[on_nodes, r] + cluster.e_res[on_ents, r] + EPS >= view.need[r]
     if view.exclusive:
-        single &= cluster.count[nodes] == 1
+        ok &= cluster.count[on_nodes] == 1
+    single[on[~ok]] = False
     return single

@@ -8,8 +8,8 @@ from .cluster import EPS, BArr, Cluster, FArr, IArr
 from .placement import RequestView, give_back
 from .select import (
     Selection,
-    _entry_mask,
     feasible_with_all,
+    open_entries,
     pool_entries,
     potential_nodes,
 )
@@ -31,21 +31,64 @@ def _importance_order(view: RequestView, start: FArr, newest: bool, now: float) 
     return result
 
 
-def _node_keys(view: RequestView, victim_ents: IArr, start: FArr, newest: bool) -> dict[str, FArr]:
+def _open_importance_order(view: RequestView, start: FArr, newest: bool, now: float) -> IArr:
+    """The importance order of the entries any pool of this request shape draws from (cached per
+    shape): a decision filters these, not every live entry."""
+    cluster = view.cluster
+
+    def build() -> IArr:
+        order = _importance_order(view, start, newest, now)
+        is_open = np.zeros(len(cluster.e_alloc), dtype=bool)
+        is_open[open_entries(view)[0]] = True
+        result: IArr = order[is_open[order]]
+        return result
+
+    result: IArr = cluster.cached(("importance_open", newest, now, view.shape_key), build)
+    return result
+
+
+def _node_keys(view: RequestView, victim_ents: IArr, start: FArr, newest: bool,
+               only: BArr | None = None) -> dict[str, FArr]:
+    """Per node, the node rule's keys of its victims: highest priority, how many, the sum of their
+    priorities, the earliest start among those of the highest priority (latest when ``newest``).
+    ``victim_ents`` are grouped by node, most important first within a node (so a node's first
+    victim has its highest priority). The sum and the start are computed for the nodes in
+    ``only`` (all when None), each a reduction over the node's run."""
     cluster = view.cluster
     n = len(cluster.node_names)
-    nodes = cluster.e_node[victim_ents]
-    slots = cluster.e_alloc[victim_ents]
-    prio = cluster.a_prio[slots].astype(float)
-    top = np.full(n, -1.0)
-    np.maximum.at(top, nodes, prio)
-    count = np.bincount(nodes, minlength=n).astype(float)
-    total = np.bincount(nodes, weights=prio, minlength=n)
-    at_top = prio == top[nodes]
-    earliest = np.full(n, np.inf)
-    np.minimum.at(earliest, nodes[at_top], start[slots[at_top]])
-    earliest[count == 0] = 0.0
+    top, count = np.full(n, -1.0), np.zeros(n)
+    total, earliest = np.zeros(n), np.zeros(n)
+    if len(victim_ents):
+        nodes = cluster.e_node[victim_ents]
+        first = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
+        runs = np.diff(np.r_[first, len(nodes)])
+        at = nodes[first]
+        top[at] = cluster.a_prio[cluster.e_alloc[victim_ents[first]]]
+        count[at] = runs
+        keep = only[at] if only is not None else np.ones(len(at), dtype=bool)
+        if keep.any():
+            f, r = first[keep], runs[keep]
+            sub_first = np.r_[0, np.cumsum(r)[:-1]]
+            idx = np.repeat(f - sub_first, r) + np.arange(int(r.sum()))
+            slots = cluster.e_alloc[victim_ents[idx]]
+            prio = cluster.a_prio[slots].astype(float)
+            total[at[keep]] = np.add.reduceat(prio, sub_first)
+            earliest[at[keep]] = np.minimum.reduceat(np.where(prio == top[nodes[idx]], start[slots], np.inf),
+                                                     sub_first)
     return {"top": top, "count": count, "sum": total, "start": -earliest if newest else earliest}
+
+
+def _node_top_count(cluster: Cluster, victim_ents: IArr) -> tuple[FArr, FArr]:
+    """Per node, the highest priority of its victims (-1: none) and how many: the first of each
+    node's run (most important first) and the run's length."""
+    n = len(cluster.node_names)
+    top, count = np.full(n, -1.0), np.zeros(n)
+    if len(victim_ents):
+        nodes = cluster.e_node[victim_ents]
+        first = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
+        top[nodes[first]] = cluster.a_prio[cluster.e_alloc[victim_ents[first]]]
+        count[nodes[first]] = np.diff(np.r_[first, len(nodes)])
+    return top, count
 
 
 def _best_node(keys: dict[str, FArr], allowed: BArr) -> int | None:
@@ -65,19 +108,26 @@ def select_priority(view: RequestView, pool: BArr, start: FArr, bound: int | Non
     potential, freed = potential_nodes(view, ents)
     if not len(ents) or not feasible_with_all(view, potential):
         return Selection(None, "NO_FEASIBLE_SET")
-    order = _importance_order(view, start, newest, now)
-    ordered = order[_entry_mask(cluster, ents)[order] & potential[cluster.e_node[order]]]
+    order = _open_importance_order(view, start, newest, now)
+    wanted = np.zeros(len(cluster.e_alloc), dtype=bool)
+    wanted[ents[potential[cluster.e_node[ents]]]] = True
+    ordered = order[wanted[order]]
     victim_ents = _per_node_victims(view, ordered, freed)
-    keys = _node_keys(view, victim_ents, start, newest)
     per_node = _NodeVictims(cluster, victim_ents)
     if view.k == 1:
+        # The node rule's first key is the highest priority: the other keys are needed only on
+        # the nodes tied at its least.
+        top, count = _node_top_count(cluster, victim_ents)
         allowed = potential.copy()
         if bound is not None:
-            allowed &= keys["count"] <= bound
-        node = _best_node(keys, allowed)
-        if node is None:
+            allowed &= count <= bound
+        if not allowed.any():
             return Selection(None, "EXCEEDS_MAX_VICTIMS")
+        allowed &= top == top[allowed].min()
+        node = _best_node(_node_keys(view, victim_ents, start, newest, allowed), allowed)
+        assert node is not None
         return Selection(sorted(per_node.get(node)))
+    keys = _node_keys(view, victim_ents, start, newest)
     best: tuple[tuple[float, ...], list[str], list[int]] | None = None
     over_bound = False
     for g in view.groups.tolist():
@@ -110,28 +160,31 @@ class _NodeVictims:
 
 
 def _per_node_victims(view: RequestView, ordered: IArr, freed: FArr) -> IArr:
-    """Every candidate off each node, then give back, most important first, what still fits."""
+    """Every candidate off each node, then give back, most important first, what still fits.
+    ``ordered`` is grouped by node: round j gives back (or keeps) each node's j-th candidate."""
     cluster = view.cluster
     if not len(ordered):
         return ordered
     nodes = cluster.e_node[ordered]
-    first = np.r_[True, nodes[1:] != nodes[:-1]]
-    pos = np.arange(len(ordered))
-    rank_in = pos - np.maximum.accumulate(np.where(first, pos, 0))
-    idx = view.need_idx
-    remaining = view.free + freed
+    starts = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
+    runs = np.diff(np.r_[starts, len(ordered)])
+    idx = view.need_idx.tolist()
+    need = view.need
+    remaining = {r: view.free[:, r] + freed[:, r] for r in idx}
     victim = np.zeros(len(ordered), dtype=bool)
-    for j in range(int(rank_in.max()) + 1):
-        sel = np.flatnonzero(rank_in == j)
+    for j in range(int(runs.max())):
+        sel = starts[runs > j] + j
         nd = nodes[sel]
-        back = cluster.e_res[ordered[sel]]
+        ents = ordered[sel]
         if view.exclusive:
             ok = np.zeros(len(sel), dtype=bool)
-        elif len(idx):
-            ok = np.all(remaining[nd][:, idx] - back[:, idx] + EPS >= view.need[idx], axis=1)
         else:
             ok = np.ones(len(sel), dtype=bool)
-        remaining[nd[ok]] -= back[ok]
+            backs = {r: cluster.e_res[ents, r] for r in idx}
+            for r in idx:
+                ok &= remaining[r][nd] - backs[r] + EPS >= need[r]
+            for r in idx:
+                remaining[r][nd[ok]] -= backs[r][ok]
         victim[sel[~ok]] = True
     result: IArr = ordered[victim]
     return result

@@ -16,28 +16,28 @@ from .select import (
 )
 
 
-def ordered_greedy(view: RequestView, pool: BArr, walk: tuple[IArr, IArr, IArr], bound: int | None,
+def ordered_greedy(view: RequestView, pool: BArr, walk: tuple[IArr, IArr], bound: int | None,
                    takes: Callable[[IArr], BArr] | None = None) -> Selection:
     """Walk ``pool`` in walk order taking each candidate until the request fits, then give
     back from the last to the first every victim not needed. ``walk`` is (position per
-    slot, slots in order, live entries grouped by node in walk order), cached per snapshot.
-    ``takes`` decides, for the ordered pool, which candidates the walk takes (rank)."""
+    slot, slots in order), cached per snapshot. ``takes`` decides, for the ordered pool, which
+    candidates the walk takes (rank)."""
     cluster = view.cluster
-    pos, order, entry_order = walk
-    ordered_slots = order[pool[order]]
+    pos, order = walk
+    in_pool = int(np.count_nonzero(pool))
     # The walk stops where the request first fits, and whether a candidate is taken depends
     # only on those before it: walk a growing prefix until it fits (or the pool is exhausted).
+    # Only as much of the walk order is read as that prefix needs, not every slot.
     size = PREFIX_START
     while True:
-        prefix = ordered_slots[:size]
+        prefix = _pool_prefix(order, pool, size)
         took = takes(prefix) if takes is not None else np.ones(len(prefix), dtype=bool)
         taken_mask = np.zeros(cluster.slots, dtype=bool)
         taken_mask[prefix[took]] = True
         skipped_slots = prefix[~took]
         ents = pool_entries(view, taken_mask)
-        in_pool = np.zeros(len(cluster.e_alloc), dtype=bool)
-        in_pool[ents] = True
-        fit_pos = _fit_positions(view, entry_order[in_pool[entry_order]], pos)
+        # By node, then in walk order within a node (a slot has one entry per node at most).
+        fit_pos = _fit_positions(view, ents[np.lexsort((pos[cluster.e_alloc[ents]], cluster.e_node[ents]))], pos)
         best_p: int | None = None
         for g in view.groups.tolist():
             want = view.k - int(view.base_count[g]) - int(view.lendable_cap[g])
@@ -47,7 +47,7 @@ def ordered_greedy(view: RequestView, pool: BArr, walk: tuple[IArr, IArr, IArr],
             p = int(np.partition(cand, want - 1)[want - 1])
             if best_p is None or p < best_p:
                 best_p = p
-        if best_p is not None or size >= len(ordered_slots):
+        if best_p is not None or size >= in_pool:
             break
         size *= 4
     if best_p is None:
@@ -64,10 +64,25 @@ def ordered_greedy(view: RequestView, pool: BArr, walk: tuple[IArr, IArr, IArr],
     return Selection(kept, None, reached)
 
 
+def _pool_prefix(order: IArr, pool: BArr, size: int) -> IArr:
+    """The first ``size`` slots of ``order`` in ``pool`` (all of them if fewer), reading ``order``
+    in growing chunks: a walk that fits early never looks at the rest."""
+    found: list[IArr] = []
+    count, start, chunk = 0, 0, max(4 * size, 4096)
+    while count < size and start < len(order):
+        part = order[start:start + chunk]
+        found.append(part[pool[part]])
+        count += len(found[-1])
+        start += chunk
+        chunk *= 2
+    result: IArr = np.concatenate(found)[:size] if found else order[:0]
+    return result
+
+
 FEWEST_TRIES = 20_000  # sets tried by fewest_victims before it keeps the walk's answer
 
 
-def fewest_victims(view: RequestView, pool: BArr, walk: tuple[IArr, IArr, IArr], bound: int | None,
+def fewest_victims(view: RequestView, pool: BArr, walk: tuple[IArr, IArr], bound: int | None,
                    walked: Selection) -> Selection:
     """queue with ``preempt_for: optimal_mini_job``: the fewest victims that make the request fit.
     Sets are tried by size, each size in walk order (so a tie goes to the set whose victims come
@@ -75,7 +90,7 @@ def fewest_victims(view: RequestView, pool: BArr, walk: tuple[IArr, IArr, IArr],
     the walk's answer stands: it is feasible and minimal, only perhaps not the fewest."""
     if walked.victims is None and walked.code != "EXCEEDS_MAX_VICTIMS":
         return walked
-    _, order, _ = walk
+    _, order = walk
     items = [int(s) for s in order[pool[order]].tolist()]
     ceiling = len(walked.victims) - 1 if walked.victims is not None else len(items)
     if bound is not None:
