@@ -38,6 +38,7 @@ from scheduling.selectors import (
     explanation,
     tenant_ids,
 )
+from scheduling.start_estimate import start_estimate
 from scheduling.states import FINAL, State
 from scheduling.waiting import why_waiting
 from scheduling.web.confirm import confirmation
@@ -125,6 +126,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "waiting": latest if pending else None, "ended": alloc.state in FINAL,
         "reason": why_waiting(alloc.resource_group, [alloc.pk]).get(alloc.pk) if pending else None,
         "place": position_of(alloc) if pending else None,
+        "estimate": start_estimate(alloc) if pending else None,
         "member": alloc.tenant_id in tenant_ids(request.user), "operator": is_operator(request.user),
         "devices": _devices_of(alloc)})
 
