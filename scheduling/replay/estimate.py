@@ -64,11 +64,13 @@ def estimate_starts(cluster: Cluster, policy: em.Policy, pending: Iterable[em.Al
                        list(cluster.session_types.values()), dict(cluster.tenants))
     sim = Simulation(sorted(jobs, key=lambda j: j.submit), spec, policy, start=now, bin_s=3600.0, rank=rank)
     sim.arrivals = []
+    # The running work, built at once as the pass's snapshot is (one add per allocation costs more).
+    sim.cluster = Cluster(spec.nodes, [replace(a, held_nodes=()) for a in running], cluster.tenants.values(),
+                          spec.vclusters, spec.session_types, use_vclusters=cluster.use_vclusters)
     sim.cluster.last_preemption_at = cluster.last_preemption_at
     sim.borrowed = {n.name: n.borrowed_by for n in cluster.nodes.values() if n.borrowed_by is not None}
     for a in running:
         st = sim.jobs[int(a.id)]
-        sim.cluster.add(replace(a, held_nodes=()))
         st.started = a.started_at if a.started_at is not None else now
         st.left = ends[int(a.id)] - st.started
         sim.rec.hold(st.use, list(a.placement), st.gpus, now, +1)
