@@ -78,6 +78,7 @@ def estimate_starts(cluster: Cluster, policy: em.Policy, pending: Iterable[em.Al
     for a in pending:
         st = sim.jobs[int(a.id)]
         st._req = replace(a, held_nodes=())  # the request itself: its labels, flags and rank
+        st.shape = st.wshape = (a.id,)  # so never taken for another request told to wait
         sim._enqueue(st)
         if a.held_nodes:
             sim.holders[st.idx] = a.held_nodes

@@ -53,7 +53,7 @@ class IncrementalPass:
             if seen > self.budget:
                 break
             st, cluster = self.jobs[idx], self.cluster  # a loan rebuilds the snapshot
-            if waited.get(st.shape) == (cluster.version, cluster.state_version):
+            if waited.get(st.wshape) == (cluster.version, cluster.state_version):
                 continue
             bounds.refresh(cluster, t)
             req, j = st.request(), st.job
@@ -91,7 +91,7 @@ class IncrementalPass:
         elif held:
             reserve_free(cluster, f"hold:{idx}", list(held))
         else:
-            waited[st.shape] = (cluster.version, cluster.state_version)
+            waited[st.wshape if self.incremental else st.shape] = (cluster.version, cluster.state_version)
 
     def _nothing_after(self, req: em.Allocation, starving: bool, backoff: bool) -> bool:
         """Whether no request from here on could start: none of the pending shapes fits, none is

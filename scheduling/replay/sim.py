@@ -32,7 +32,7 @@ PASS_BUDGET = 2000  # requests decided per pass, as the real pass (passes/run.py
 
 
 class JobState:
-    __slots__ = ("job", "idx", "left", "started", "epoch", "preempted", "leaving", "gpus", "use", "shape", "rshape",
+    __slots__ = ("job", "idx", "left", "started", "epoch", "preempted", "leaving", "gpus", "use", "shape", "wshape", "rshape",
                  "_req")
 
     def __init__(self, job: Job, use: TenantUse) -> None:
@@ -46,6 +46,7 @@ class JobState:
         self.shape = (job.tenant, job.user, job.vcluster, job.session_type, job.preemption_class, job.priority,
                       job.checkpoint, job.nodes, job.gpus, job.cpus)
         self.rshape = (job.nodes, job.gpus, job.cpus)
+        self.wshape = self.shape  # what the incremental pass compares (see Simulation.__init__)
         self._req: em.Allocation | None = None
 
     def request(self, held: tuple[str, ...] = ()) -> em.Allocation:
@@ -84,6 +85,12 @@ class Simulation(IncrementalPass):
                             policy.starvation_timeout_s)
         self.jobs = {j.id: JobState(j, self.rec.tenant(j.tenant, self.fair.get(j.tenant, 0.0))) for j in jobs}
         self.arrivals = [j.id for j in jobs]
+        if policy.kind == "class_cost":
+            # A class_cost decision reads of the request only its class, checkpoint, size, vCluster and session
+            # type (and flags a trace does not set): requests alike in those get the same answer.
+            for st in self.jobs.values():
+                j = st.job
+                st.wshape = (j.vcluster, j.session_type, j.preemption_class, j.checkpoint, j.nodes, j.gpus, j.cpus)
         self.rng = random.Random(seed)
         self.jitter, self.terminate_s, self.budget = checkpoint_jitter, terminate_s, pass_budget
         self.heap: list[tuple[float, int, int, int, int]] = []
