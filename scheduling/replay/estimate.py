@@ -39,7 +39,8 @@ def _job(a: em.Allocation, run: float, submit: float) -> Job:
 
 
 def estimate_starts(cluster: Cluster, policy: em.Policy, pending: Iterable[em.Allocation], now: float, *,
-                    default_walltime_s: float, horizon_s: float = HORIZON_S) -> dict[int, float | None]:
+                    default_walltime_s: float, horizon_s: float = HORIZON_S,
+                    incremental: bool = True) -> dict[int, float | None]:
     """Each pending request's estimated start (seconds since the epoch; ``now`` for one that would
     start at the next pass), or None past the horizon. ``pending`` in the pass's order, holders of
     nodes first with their ``held_nodes``; ``cluster`` is the group's snapshot (not changed)."""
@@ -62,7 +63,8 @@ def estimate_starts(cluster: Cluster, policy: em.Policy, pending: Iterable[em.Al
         jobs.append(_job(a, wall, a.submitted_at if a.submitted_at is not None else now))
     spec = ClusterSpec("estimate", list(cluster.nodes.values()), list(cluster.vclusters.values()),
                        list(cluster.session_types.values()), dict(cluster.tenants))
-    sim = Simulation(sorted(jobs, key=lambda j: j.submit), spec, policy, start=now, bin_s=3600.0, rank=rank)
+    sim = Simulation(sorted(jobs, key=lambda j: j.submit), spec, policy, start=now, bin_s=3600.0, rank=rank,
+                     incremental=incremental)
     sim.arrivals = []
     # The running work, built at once as the pass's snapshot is (one add per allocation costs more).
     sim.cluster = Cluster(spec.nodes, [replace(a, held_nodes=()) for a in running], cluster.tenants.values(),

@@ -96,12 +96,14 @@ class IncrementalPass:
     def _nothing_after(self, req: em.Allocation, starving: bool, backoff: bool) -> bool:
         """Whether no request from here on could start: none of the pending shapes fits, none is
         always decided, and every later one (smaller in the kind's first term) preempts no more
-        than ``req`` could."""
+        than ``req`` could. Under a given order (``rank``) later ones may be of any class."""
         bounds, cluster = self.bounds, self.cluster
         if self.special or (bounds.borrowing and self.in_vc):
             return False
         if any(bounds.fits(cluster, *shape) for shape in self.rshapes):
             return False
+        if self.rank:
+            return not bounds.may_preempt_any()
         return not bounds.may_preempt(req, starving, backoff, rest=True)
 
     def _quiet(self, t: float, starving: dict[str, bool], backoff: bool) -> bool:
@@ -119,7 +121,7 @@ class IncrementalPass:
         if kind == "fair_share":
             return backoff or not any(starving.get(name, False) for name, n in self.demand.items() if n > 0)
         head = self.order.head()
-        if kind in ("class_cost", "priority") and head is not None:
+        if kind in ("class_cost", "priority") and head is not None and not self.rank:
             return not bounds.may_preempt(self.jobs[head].request(), False, backoff, rest=True)
         return False
 
