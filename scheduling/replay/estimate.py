@@ -67,8 +67,9 @@ def estimate_starts(cluster: Cluster, policy: em.Policy, pending: Iterable[em.Al
                      incremental=incremental)
     sim.arrivals = []
     # The running work, built at once as the pass's snapshot is (one add per allocation costs more).
-    sim.cluster = Cluster(spec.nodes, [replace(a, held_nodes=()) for a in running], cluster.tenants.values(),
-                          spec.vclusters, spec.session_types, use_vclusters=cluster.use_vclusters)
+    sim.cluster = Cluster(spec.nodes, [replace(a, held_nodes=()) if a.held_nodes else a for a in running],
+                          cluster.tenants.values(), spec.vclusters, spec.session_types,
+                          use_vclusters=cluster.use_vclusters)
     sim.cluster.last_preemption_at = cluster.last_preemption_at
     sim.borrowed = {n.name: n.borrowed_by for n in cluster.nodes.values() if n.borrowed_by is not None}
     for a in running:

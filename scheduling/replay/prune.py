@@ -98,15 +98,15 @@ class Bounds:
             return False
         if not rest and (req.is_sensitive or (self.borrowing and req.vcluster is not None)):
             return True
+        kind = self.policy.kind
+        if kind == "fair_share" and (not starving or backoff):
+            return False  # the engine's gates, before any victim is looked for
         if not self._victims_read:
             self._victims()
         if not self.any_victim:
             return False
-        kind = self.policy.kind
         if kind == "class_cost":
             return req.preemption_class > self.min_class
         if kind == "priority":
             return req.priority > self.min_priority
-        if kind == "fair_share":
-            return starving and not backoff
         return True
