@@ -85,6 +85,13 @@ def estimate_starts(cluster: Cluster, policy: em.Policy, pending: Iterable[em.Al
         sim._enqueue(st)
         if a.held_nodes:
             sim.holders[st.idx] = a.held_nodes
+    for tenant in cluster.tenants.values():  # starvation already under way goes on from when it began
+        since = tenant.below_fair_share_since
+        if since is not None and tenant.name in sim.rec.tenants:
+            sim.rec.tenants[tenant.name].below_since = since
+            for timeout in (policy.starvation_timeout_s, policy.aggressive_starvation_timeout_s):
+                if since + timeout > now:
+                    sim._push(since + timeout, TICK, 0)
     sim.watch = set(rank)
     sim.until = now + horizon_s
     sim._push(now, TICK, 0)

@@ -58,3 +58,16 @@ def test_incremental_estimate_is_the_straightforward_one(policy):
             for inc in (False, True)]
     assert both[0] == both[1]
     assert sum(at is not None and at > NOW for at in both[0].values()) > 5  # some of it waits
+
+
+def test_starvation_under_way_goes_on_from_when_it_began():
+    """b has been below its share since 500 s ago; it starves 600 s after that, at +100, and takes
+    the node from a (over its share), which would otherwise run until +4200."""
+    run = [em.Allocation(id="1", tenant="a", state="running", started_at=NOW - 3000, walltime_minutes=120,
+                         per_node={"gpu": 4.0}, placement={"n1": {"gpu": 4.0}}, submitted_at=NOW - 3100)]
+    cluster = Cluster([em.Node("n1", {"gpu": 4.0})], run,
+                      [em.Tenant("a", 0.5), em.Tenant("b", 0.5, below_fair_share_since=NOW - 500)])
+    pending = [em.Allocation(id="2", tenant="b", per_node={"gpu": 4.0}, walltime_minutes=60, submitted_at=NOW - 500)]
+    policy = parse_policy({"kind": "fair_share", "mode": "requeue", "starvation_timeout_s": 600,
+                           "aggressive_starvation_timeout_s": 600, "preemptive_scheduling_backoff_s": 0})
+    assert estimate_starts(cluster, policy, pending, NOW, default_walltime_s=3600) == {2: NOW + 100}
