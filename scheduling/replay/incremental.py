@@ -36,15 +36,22 @@ class IncrementalPass:
         last = self.cluster.last_preemption_at
         backoff = (self.policy.kind == "fair_share" and last is not None
                    and t - last < self.policy.preemptive_scheduling_backoff_s - EPS)
-        if self._quiet(t, starving, backoff):
+        quiet = self._quiet(t, starving, backoff)
+        if quiet and not holders:
             return  # nothing can start: every decision of this pass would be a wait
         for idx, names in holders.items():
             reserve_free(self.cluster, f"hold:{idx}", list(names))
         key = self._order_key(t)
         waited: dict[tuple, tuple[int, int]] = {}
         for idx in sorted(holders, key=key):
-            if not self._awaits_victims(self.jobs[idx]):
+            if quiet or self._awaits_victims(self.jobs[idx]):
+                self._rereserve(idx)
+            else:
                 self._decide(self.jobs[idx], t, waited)
+        if quiet:
+            for idx in holders:
+                self.cluster.remove(f"hold:{idx}")
+            return
         seen = 0
         for idx in self.order.ordered(lambda i: key(i)[1], self.budget + len(holders)):
             if idx in holders or idx not in self.pending:
@@ -65,6 +72,13 @@ class IncrementalPass:
         for idx in holders:
             self.cluster.remove(f"hold:{idx}")
         self._track(t)
+
+    def _rereserve(self, idx: int) -> None:
+        """A holder told to wait without asking: its reservation released and made again, as the
+        straightforward pass's decision leaves it. The engine breaks ties between equally good
+        victim sets by its snapshot's slot order, so both passes must fill slots alike."""
+        self.cluster.remove(f"hold:{idx}")
+        reserve_free(self.cluster, f"hold:{idx}", list(self.holders[idx]))
 
     def _starving(self, t: float) -> dict[str, bool]:
         if self.policy.kind != "fair_share":
