@@ -41,7 +41,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from scheduling import cli_config
-from scheduling.cli_format import collapse_pending_tasks, list_lines, score_lines, usage_output
+from scheduling.cli_format import (
+    collapse_pending_tasks,
+    estimate_line,
+    list_lines,
+    score_lines,
+    usage_output,
+)
 from scheduling.version import version
 
 
@@ -278,6 +284,8 @@ def explain_lines(e: dict[str, Any]) -> list[str]:
         lines.append(f"place in the queue: {q['position']} of {q['queued']}, {q['ahead']} ahead"
                      + (" (" + ", ".join(f"{n} by {term}" for term, n in q["ahead_by"].items()) + ")"
                         if q["ahead_by"] else ""))
+    if e.get("start_estimate"):
+        lines.append(estimate_line(e["start_estimate"]))
     if e.get("waiting"):
         lines.append("latest decision: " + _decision_text(e["waiting"]))
     if e.get("queue_score"):

@@ -18,6 +18,18 @@ def score_lines(score: dict) -> list[str]:
 
 
 
+def estimate_line(est: dict[str, Any]) -> str:
+    """``explain``'s start estimate, in words, with what it assumes."""
+    made = f"an estimate made {est['computed_at']}, assuming {est['assumptions']}"
+    if est["estimated_start"] is None:
+        return ("estimated start: none, it is not in the queue yet" if not est["in_queue"]
+                else f"estimated start: not within 30 days ({made})")
+    seconds = est["in_s"]
+    when = ("at the next pass" if seconds < 60 else f"in {seconds // 60} min" if seconds < 7200
+            else f"in {seconds / 3600:.1f} h")
+    return f"estimated start: {est['estimated_start']}, {when} ({made})"
+
+
 def usage_output(body: dict[str, Any], args: argparse.Namespace, out: TextIO) -> None:
     """GPU-hours and node-hours from the server's accounting: a table, CSV or the API's JSON."""
     if args.json:

@@ -151,6 +151,14 @@ else:
     CELERY_BROKER_URL = "memory://"
     # No broker: tasks run in the web process, right where they are sent.
     CELERY_TASK_ALWAYS_EAGER = True
+
+# Django's cache: start estimates (scheduling/start_estimate.py), a minute per group. In Redis when
+# there is one, so every web process shares them; else in each process's memory.
+CACHES = ({"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                       "KEY_PREFIX": "lattice-cache"}} if REDIS_URL else
+          {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}})
+# Start estimates assume work without a walltime runs this long.
+LATTICE_ESTIMATE_DEFAULT_WALLTIME_MINUTES = env.int("LATTICE_ESTIMATE_DEFAULT_WALLTIME_MINUTES", 240)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -40,6 +40,7 @@ from scheduling.selectors import (
     events_of,
     explanation,
 )
+from scheduling.start_estimate import start_estimate
 from scheduling.waiting import why_waiting
 
 
@@ -136,7 +137,8 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     @action(detail=True, methods=["get"])
     def explain(self, request: Request, pk: str | None = None) -> Response:
         """Why it waits: the limit that binds (``reason``: code, explanation, facts, and the engine's
-        code for why preemption does not help), its place in the queue (``queue``), its latest
+        code for why preemption does not help), its place in the queue (``queue``), when it is
+        estimated to start (``start_estimate``, with the estimate's assumptions), its latest
         decision (``waiting``) with its queue score and the score's terms in a class_cost group;
         and why it was preempted (each decision that chose it)."""
         alloc = self.get_object()
@@ -147,6 +149,7 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             "allocation": alloc.pk, "state": alloc.state,
             "reason": why_waiting(alloc.resource_group, [alloc.pk]).get(alloc.pk) if pending else None,
             "queue": position_of(alloc) if pending else None,
+            "start_estimate": start_estimate(alloc) if pending else None,
             "waiting": waiting,
             "queue_score": (waiting or {}).get("queue_score"),
             "latest_decision": latest_shown,

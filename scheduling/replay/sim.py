@@ -16,10 +16,13 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
-from scheduling.engine import Cluster, Decision, decide
+from scheduling.engine import Cluster, Decision
 from scheduling.engine import model as em
 from scheduling.passes.ordering import below_since, queue_key, reserve_free
 
+from .incremental import IncrementalPass
+from .order import PendingOrder
+from .prune import Bounds
 from .spec import ClusterSpec
 from .stats import Recorder, TenantUse
 from .trace import Job
@@ -29,7 +32,8 @@ PASS_BUDGET = 2000  # requests decided per pass, as the real pass (passes/run.py
 
 
 class JobState:
-    __slots__ = ("job", "idx", "left", "started", "epoch", "preempted", "leaving", "gpus", "use", "shape", "_req")
+    __slots__ = ("job", "idx", "left", "started", "epoch", "preempted", "leaving", "gpus", "use", "shape", "wshape", "rshape",
+                 "_req")
 
     def __init__(self, job: Job, use: TenantUse) -> None:
         self.job, self.idx, self.use = job, job.id, use
@@ -41,6 +45,8 @@ class JobState:
         self.gpus = job.gpus * job.nodes
         self.shape = (job.tenant, job.user, job.vcluster, job.session_type, job.preemption_class, job.priority,
                       job.checkpoint, job.nodes, job.gpus, job.cpus)
+        self.rshape = (job.nodes, job.gpus, job.cpus)
+        self.wshape = self.shape  # what the incremental pass compares (see Simulation.__init__)
         self._req: em.Allocation | None = None
 
     def request(self, held: tuple[str, ...] = ()) -> em.Allocation:
@@ -56,23 +62,35 @@ class JobState:
         return replace(self._req, held_nodes=held) if held else self._req
 
 
-class Simulation:
+class Simulation(IncrementalPass):
     def __init__(self, jobs: list[Job], spec: ClusterSpec, policy: em.Policy, *, seed: int = 0,
                  checkpoint_jitter: float = 0.0, terminate_s: float = 0.0, pass_budget: int = PASS_BUDGET,
-                 bin_s: float | None = None, on_progress: Callable[[int, float], None] | None = None) -> None:
+                 bin_s: float | None = None, on_progress: Callable[[int, float], None] | None = None,
+                 incremental: bool = True, start: float | None = None, rank: dict[int, int] | None = None) -> None:
         self.policy, self.spec = policy, spec
+        self.incremental = incremental
+        # A given order (the pass's, with a class_cost group's Lattice score) goes before the kind's key;
+        # fair_share's order moves with the shares and is always the key's.
+        self.rank = rank if rank and policy.kind != "fair_share" else {}
         tenants = spec.tenants_for(jobs)
         self.fair = {t.name: t.fair_share for t in tenants}
         self.cluster = Cluster(spec.nodes, (), tenants, spec.vclusters, spec.session_types,
                                use_vclusters=bool(spec.vclusters))
         self.nodes = {n.name: n for n in spec.nodes}
-        start = jobs[0].submit if jobs else 0.0
+        if start is None:
+            start = jobs[0].submit if jobs else 0.0
         span = (jobs[-1].submit - start) if jobs else 0.0
         total = sum(n.capacity.get("gpu", 0.0) for n in spec.nodes)
         self.rec = Recorder(start, bin_s or max(60.0, span / 100), total, len(spec.nodes), policy.tolerance,
                             policy.starvation_timeout_s)
         self.jobs = {j.id: JobState(j, self.rec.tenant(j.tenant, self.fair.get(j.tenant, 0.0))) for j in jobs}
         self.arrivals = [j.id for j in jobs]
+        if policy.kind == "class_cost":
+            # A class_cost decision reads of the request only its class, checkpoint, size, vCluster and session
+            # type (and flags a trace does not set): requests alike in those get the same answer.
+            for st in self.jobs.values():
+                j = st.job
+                st.wshape = (j.vcluster, j.session_type, j.preemption_class, j.checkpoint, j.nodes, j.gpus, j.cpus)
         self.rng = random.Random(seed)
         self.jitter, self.terminate_s, self.budget = checkpoint_jitter, terminate_s, pass_budget
         self.heap: list[tuple[float, int, int, int, int]] = []
@@ -84,6 +102,16 @@ class Simulation:
         self.borrowed: dict[str, str] = {}  # node -> the vCluster borrowing it
         self.done = 0
         self.on_progress = on_progress
+        self.order = PendingOrder(policy.kind == "fair_share")
+        self.static_key = self._order_key(0.0) if policy.kind != "fair_share" else None
+        self.rshapes: dict[tuple[int, float, float], int] = {}  # pending requests per resource shape
+        self.special = 0  # pending sensitive requests (never passed over)
+        self.in_vc = 0  # pending requests in a vCluster (never passed over while a node is lent)
+        self.bounds = Bounds(policy, False)
+        self.engine_calls = 0  # decisions asked of the engine (the benchmark prints it)
+        # A forward replay (estimate.py) stops once these have all started, or past ``until``.
+        self.watch: set[int] | None = None
+        self.until = float("inf")
 
     # -- the loop -----------------------------------------------------------------
     def run(self) -> Recorder:
@@ -103,6 +131,8 @@ class Simulation:
             self._pass(t)
             if self.on_progress is not None:
                 self.on_progress(self.done, t)
+            if self.watch is not None and (not self.watch or t >= self.until):
+                break
         self.rec.close(t)
         return self.rec
 
@@ -136,12 +166,27 @@ class Simulation:
         self.pending.add(st.idx)
         self.rec.queue += 1
         self._demand(st.job.tenant, +1)
+        if self.incremental:
+            key = self.static_key(st.idx)[1] if self.static_key is not None else ()
+            self.order.add(st.idx, key, st.job.tenant, st.job.submit)
+            self.rshapes[st.rshape] = self.rshapes.get(st.rshape, 0) + 1
+            self.special += st.request().is_sensitive
+            self.in_vc += st.job.vcluster is not None
 
     def _dequeue(self, st: JobState) -> None:
         self.pending.discard(st.idx)
         self.holders.pop(st.idx, None)
         self.rec.queue -= 1
         self._demand(st.job.tenant, -1)
+        if self.incremental:
+            self.order.discard(st.idx)
+            left = self.rshapes[st.rshape] - 1
+            if left:
+                self.rshapes[st.rshape] = left
+            else:
+                del self.rshapes[st.rshape]
+            self.special -= st.request().is_sensitive
+            self.in_vc -= st.job.vcluster is not None
 
     def _demand(self, tenant: str, delta: int) -> None:
         self.demand[tenant] = self.demand.get(tenant, 0) + delta
@@ -152,29 +197,21 @@ class Simulation:
         self._track(t)
         if not self.pending:
             return
-        cluster, holders = self.cluster, self.holders
+        if self.incremental:
+            self._pass_incremental(t)
+            return
+        holders = self.holders
         for idx, names in holders.items():
-            reserve_free(cluster, f"hold:{idx}", list(names))
+            reserve_free(self.cluster, f"hold:{idx}", list(names))
         order = sorted(self.pending, key=self._order_key(t))
         waited: dict[tuple, tuple[int, int]] = {}
         for idx in order[: self.budget + len(holders)]:
-            st = self.jobs[idx]
-            held = holders.get(idx, ())
-            if held:
-                cluster.remove(f"hold:{idx}")
-            elif waited.get(st.shape) == (cluster.version, cluster.state_version):
+            st, cluster = self.jobs[idx], self.cluster  # a loan rebuilds the snapshot
+            if idx not in holders and waited.get(st.shape) == (cluster.version, cluster.state_version):
                 continue  # the same request was just told to wait on this very state: so is this one
-            decision = decide(cluster, self.policy, st.request(held), t)
-            if decision.outcome == "fits":
-                self._start(st, decision, t)
-            elif decision.outcome == "preempt":
-                self._preempt(st, decision, t)
-            elif held:
-                reserve_free(cluster, f"hold:{idx}", list(held))
-            else:
-                waited[st.shape] = (cluster.version, cluster.state_version)
+            self._decide(st, t, waited)
         for idx in holders:
-            cluster.remove(f"hold:{idx}")
+            self.cluster.remove(f"hold:{idx}")
         self._track(t)  # what this pass started counts from now (the real pass's next one sees it)
 
     def _order_key(self, t: float) -> Callable[[int], tuple]:
@@ -189,13 +226,16 @@ class Simulation:
                 starving = since is not None and t - since >= self.policy.starvation_timeout_s - 1e-9
                 standing[name] = (starving, tenant.fair_share - self.cluster.tenant_share(name))
 
+        given, last = self.rank, len(self.rank)
+
         def key(idx: int) -> tuple:
             j = jobs[idx].job
             starving, deficit = standing.get(j.tenant, (False, 0.0))
-            return (idx not in holders, queue_key(
+            ordered = queue_key(
                 kind, preemption_class=j.preemption_class, priority=j.priority, submitted_at=j.submit, ident=idx,
                 session_priority=st_prio.get(j.session_type or ""), rank=None,
-                session_rank=st_rank.get(j.session_type or ""), starving=starving, deficit=deficit))
+                session_rank=st_rank.get(j.session_type or ""), starving=starving, deficit=deficit)
+            return (idx not in holders, (given.get(idx, last), *ordered) if given else ordered)
         return key
 
     def _track(self, t: float) -> None:
@@ -229,6 +269,8 @@ class Simulation:
         self.cluster.add(alloc)
         st.started = t
         self.rec.first_start.setdefault(st.idx, t)
+        if self.watch:
+            self.watch.discard(st.idx)
         self.rec.hold(st.use, list(decision.nodes), st.gpus, t, +1)
         self.dirty.add(st.job.tenant)
         self._push(t + st.left, END, st.idx, st.epoch)

@@ -39,6 +39,7 @@ from scheduling.selectors import (
     explanation,
     tenant_ids,
 )
+from scheduling.start_estimate import start_estimate
 from scheduling.states import FINAL, State
 from scheduling.waiting import why_waiting
 from scheduling.web.charts import RANGES as CHART_RANGES
@@ -130,6 +131,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "waiting": latest if pending else None, "ended": alloc.state in FINAL,
         "reason": why_waiting(alloc.resource_group, [alloc.pk]).get(alloc.pk) if pending else None,
         "place": position_of(alloc) if pending else None,
+        "estimate": start_estimate(alloc) if pending else None,
         "member": alloc.tenant_id in tenant_ids(request.user), "operator": is_operator(request.user),
         "devices": _devices_of(alloc)})
 

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TABLE = "| goal | CPU time | wall clock | result |"
 # The benches that print the shared goal table (bench/common.py print_table); any other script
 # with --quick is run for its exit status.
-TABLED = {"agents", "api", "decision", "live", "scheduler", "submissions", "usage"}
+TABLED = {"agents", "api", "decision", "live", "replay", "scheduler", "submissions", "usage"}
 
 
 def _quick_benches() -> list[str]:

@@ -1,0 +1,55 @@
+"""The pending queue of the incremental replay, kept in the pass's order (``passes.ordering.queue_key``)
+instead of sorted again at every pass.
+
+In every kind but ``fair_share`` a request's key does not change while it waits: one sorted list.
+In ``fair_share`` the key's first terms are its tenant's (starving, deficit), which move with the
+shares, and the rest (submission, id) do not: a sorted list per tenant, merged lazily under the
+tenants' keys of the moment, so a pass that stops early reads only the head of the queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterator
+
+
+class PendingOrder:
+    def __init__(self, fair_share: bool) -> None:
+        self.fair_share = fair_share
+        self._one: list[tuple] = []  # (key, idx)
+        self._by_tenant: dict[str, list[tuple]] = {}  # tenant -> [(submit, idx)]
+        self._key: dict[int, tuple] = {}
+        self._tenant: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._key)
+
+    def add(self, idx: int, key: tuple, tenant: str, submit: float) -> None:
+        if self.fair_share:
+            entry: tuple = (submit, idx)
+            insort(self._by_tenant.setdefault(tenant, []), entry)
+        else:
+            entry = (key, idx)
+            insort(self._one, entry)
+        self._key[idx], self._tenant[idx] = entry, tenant
+
+    def discard(self, idx: int) -> None:
+        entry = self._key.pop(idx, None)
+        if entry is None:
+            return
+        tenant = self._tenant.pop(idx)
+        rows = self._by_tenant[tenant] if self.fair_share else self._one
+        del rows[bisect_left(rows, entry)]
+
+    def ordered(self, key_of: Callable[[int], tuple], limit: int) -> Iterator[int]:
+        """The first ``limit`` requests in the pass's order, read lazily from a copy taken now (the
+        queue changes while a pass reads it); ``key_of`` gives a fair_share request's key now."""
+        if not self.fair_share:
+            return (idx for _, idx in self._one[:limit])
+        streams = [((key_of(idx), idx) for _, idx in rows[:limit]) for rows in self._by_tenant.values() if rows]
+        return (idx for _, (_, idx) in zip(range(limit), heapq.merge(*streams), strict=False))
+
+    def head(self) -> int | None:
+        """The first request (in a kind other than fair_share, whose first terms move)."""
+        return self._one[0][1] if self._one else None
