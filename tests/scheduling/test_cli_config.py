@@ -23,3 +23,10 @@ def test_login_saves_the_token_file_as_an_absolute_path(tmp_path, monkeypatch):
     path = cli_config.save_login(NOWHERE, None, "tok")
     saved = json.loads(path.read_text())["token_file"]
     assert saved == str(tmp_path / "tok")
+
+
+@pytest.mark.xfail(strict=True, reason="the README and the module's docstring give `login [--token-file PATH]`, "
+                                       "but only the top-level option exists: argparse refuses it after `login`")
+def test_login_takes_the_token_file_after_the_command_as_documented(tmp_path):
+    args = parser().parse_args(["login", "--token-file", str(tmp_path / "tok")])
+    assert args.token_file == str(tmp_path / "tok")
