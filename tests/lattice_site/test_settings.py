@@ -131,3 +131,12 @@ def test_a_bad_log_level_fails_fast_naming_the_variable():
     result = _manage("check", LOG_LEVEL="LOUD")
     assert result.returncode != 0
     assert "LOG_LEVEL='LOUD'" in result.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="LOGIN_FAILURE_LIMIT and LOGIN_COOLOFF_MINUTES are read with no minimum: a limit "
+                                       "of 0 locks every login out (axes: 0 failures >= 0), a negative cool-off never locks")
+@pytest.mark.parametrize(("name", "value"), [("LOGIN_FAILURE_LIMIT", "0"), ("LOGIN_COOLOFF_MINUTES", "-5")])
+def test_a_login_throttle_out_of_range_fails_fast_naming_the_variable(name, value):
+    result = _manage("check", **{name: value})
+    assert result.returncode != 0
+    assert name in result.stderr
