@@ -158,6 +158,9 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
         unknown = sorted(set(value) - set(RESOURCES))
         if unknown:
             raise serializers.ValidationError(f"unknown resource(s) {', '.join(unknown)}; use {', '.join(RESOURCES)}")
+        if not any(value.values()):  # ({} or all zero: it would hold nothing and never be preempted)
+            raise serializers.ValidationError(f"asks for no resources; give at least one of {', '.join(RESOURCES)} "
+                                              "above 0 (e.g. gpu)")
         return value
 
     def validate_command(self, value: list[str]) -> list[str]:

@@ -70,8 +70,6 @@ def test_a_what_if_needs_no_command(api_for, tenant_physics, two_nodes):
     assert response.status_code == 200, response.content
 
 
-@pytest.mark.xfail(strict=True, reason="a request for nothing (per_node {} or all zero) is admitted and runs; "
-                                       "the CLI refuses it locally but the API and its quota checks do not")
 @pytest.mark.parametrize("per_node", [{}, {"gpu": 0, "cpu": 0, "memory": 0}])
 def test_work_that_asks_for_no_resources_is_refused(api_for, tenant_physics, two_nodes, per_node):
     _refused(_submit(api_for("alice"), per_node=per_node), "per_node")
