@@ -101,11 +101,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.boo
     # token lookup: 0.17 ms to plan, 0.03 ms to run). DB_PREPARE=false for a pooler in
     # transaction mode that cannot keep prepared statements (PgBouncer before 1.21).
     DATABASES["default"].setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=1)
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.int("DB_STATEMENT_TIMEOUT_MS", 0):
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.int("DB_STATEMENT_TIMEOUT_MS", 0, minimum=0):
     # For processes whose tasks cannot be killed from outside (a thread-pool worker): no
     # statement may wait or run longer than this.
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
-        f"-c statement_timeout={env.int('DB_STATEMENT_TIMEOUT_MS', 0)}")
+        f"-c statement_timeout={env.int('DB_STATEMENT_TIMEOUT_MS', 0, minimum=0)}")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     # Writers wait for each other instead of failing at once (the web process and
@@ -139,7 +139,7 @@ if REDIS_URL:
             # (any load) then raised in the consumer and closed the socket with 1011. The
             # client must wait comfortably longer than a blocking read can take.
             "CONFIG": {"hosts": [{"address": REDIS_URL,
-                                  "max_connections": env.int("REDIS_MAX_CONNECTIONS", 1000),
+                                  "max_connections": env.int("REDIS_MAX_CONNECTIONS", 1000, minimum=1),
                                   "socket_timeout": 3 * RedisChannelLayer.brpop_timeout}],
                        "capacity": 1000},
         }
@@ -159,8 +159,8 @@ CELERY_TASK_TIME_LIMIT = 120
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     # Re-derives deadlines, holds and pending work from the database: recovers any lost message.
-    "sweep": {"task": "scheduling.sweep", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5)},
-    "node-liveness": {"task": "nodes.liveness", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5)},
+    "sweep": {"task": "scheduling.sweep", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5, minimum=1)},
+    "node-liveness": {"task": "nodes.liveness", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5, minimum=1)},
     # The usage series (scheduling/usage.py): it samples each complete minute once, whenever it runs.
     "usage": {"task": "scheduling.sample_usage", "schedule": 30},
 }
@@ -187,8 +187,10 @@ STATIC_ROOT = Path(env.str("STATIC_ROOT") or HOME_DIR / "staticfiles")
 # connection's (REMOTE_ADDR): a forwarded header is not trusted.
 AUTHENTICATION_BACKENDS = ["lattice_site.login_throttle.LoginThrottle",
                            "django.contrib.auth.backends.ModelBackend"]
-AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5)
-AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", 15))
+# Both at least 1: a limit of 0 would lock every login out at its first try, a cool-off under
+# a minute would never hold.
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", 15, minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 
@@ -236,7 +238,9 @@ SPECTACULAR_SETTINGS = {
 # level asked for (a record a logger lets through reaches the root's handler whatever the root's level).
 # Each line has its time (UTC), level, logger and request id; LOG_FORMAT=json writes one JSON
 # object a line instead (lattice_site/logs.py).
-LOG_LEVEL = env.str("LOG_LEVEL") or "INFO"
+LOG_LEVEL = (env.str("LOG_LEVEL") or "INFO").strip().upper()
+if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    raise ImproperlyConfigured(f"LOG_LEVEL={env.str('LOG_LEVEL')!r} must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
 LOG_FORMAT = (env.str("LOG_FORMAT") or "text").strip().lower()
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r} must be text or json")
