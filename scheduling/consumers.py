@@ -9,6 +9,8 @@ out at once; only a burst waits, and then as one frame.
 Access is not settled once at connect: after a logout, a removal from a tenant or a deactivation,
 the socket re-checks its session and tenants (see live_access.py) and drops the groups the user
 may no longer hear, or closes with 4401 once the session no longer holds the user.
+
+The feed is one-way: a frame from the browser, JSON or not, is ignored and never closes it.
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ class LiveConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(user_group(self.user_pk), self.channel_name)
         await self._leave(list(getattr(self, "groups_joined", [])))
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        return None  # the feed is one-way
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        return None  # one-way: what a browser sends is ignored unread (not JSON is no reason to close)
 
     async def _join(self, groups: list[str]) -> None:
         for group in groups:
