@@ -213,7 +213,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "scheduling.api.schema.LatticeSchema",
     "EXCEPTION_HANDLER": "scheduling.api.errors.exception_handler",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
+    "DEFAULT_PAGINATION_CLASS": "scheduling.api.pagination.Cursor",
     "PAGE_SIZE": 50,
 }
 SPECTACULAR_SETTINGS = {
