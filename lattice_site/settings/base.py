@@ -224,7 +224,9 @@ SPECTACULAR_SETTINGS = {
     # render on a cluster with no internet access.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
+    # ReDoc's bundle from the sidecar, with the one image it fetched from the internet taken
+    # out (lattice_site/redoc.py serves it).
+    "REDOC_DIST": "/api/redoc-dist",
     # Clients send JSON (the parsers also read forms, for the browsable API).
     "PARSER_WHITELIST": ["scheduling.api.parsers.JSONParser"],
     "COMPONENT_SPLIT_REQUEST": True,  # what a client sends, apart from what it reads back
