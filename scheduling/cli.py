@@ -42,7 +42,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from scheduling import cli_config
-from scheduling.cli_format import collapse_pending_tasks, list_lines, score_lines, usage_output
+from scheduling.cli_format import (
+    QUEUE_COLUMNS,
+    collapse_pending_tasks,
+    list_lines,
+    queue_table,
+    score_lines,
+    usage_output,
+)
 from scheduling.version import version
 
 
@@ -177,24 +184,6 @@ def _decision_text(d: dict[str, Any] | None) -> str:
     return f"{d['outcome']} ({d['code']}): {d['explanation']}"
 
 
-# squeue-style columns: header, width, how a row (an allocation with its queue entry) shows it.
-QUEUE_COLUMNS: dict[str, tuple[str, int, Any]] = {
-    "id": ("JOBID", 8, lambda a, q: a["id"]),
-    "name": ("NAME", 20, lambda a, q: a["name"] or "-"),
-    "group": ("GROUP", 12, lambda a, q: a["resource_group"]),
-    "vcluster": ("VCLUSTER", 9, lambda a, q: a.get("vcluster") or "-"),
-    "user": ("USER", 9, lambda a, q: a["user"]),
-    "state": ("STATE", 13, lambda a, q: a["state"]),
-    "class": ("CLASS", 5, lambda a, q: a["preemption_class"]),
-    "prio": ("PRIO", 4, lambda a, q: a["priority"]),
-    "nodes": ("NODES", 5, lambda a, q: a["nodes"]),
-    "gpus": ("GPUS", 4, lambda a, q: f"{a['per_node'].get('gpu', 0):g}"),
-    "pos": ("POS", 5, lambda a, q: q["position"] if q and q["position"] is not None else "-"),
-    "ahead": ("AHEAD", 5, lambda a, q: q["ahead"] if q and q["ahead"] is not None else "-"),
-    "score": ("SCORE", 6, lambda a, q: f"{q['score']:.3f}" if q and q.get("score") is not None else "-"),
-    "reason": ("REASON", 18, lambda a, q: f"({q['reason']['code']})" if q and q.get("reason") else "-"),
-    "why": ("WHY", 0, lambda a, q: q["reason"]["explanation"] if q and q.get("reason") else "-"),
-}
 QUEUE_FORMAT = "id,name,group,state,class,prio,nodes,gpus,pos,ahead,reason"
 
 
@@ -216,19 +205,6 @@ def queue_lines(client: Client, args: argparse.Namespace) -> tuple[list[dict[str
                              (entries.get(a["id"]) or {}).get("position") or 0))
     found = collapse_pending_tasks([{**a, "queue": entries.get(a["id"])} for a in rows])
     return found, queue_table(columns, found)
-
-
-def queue_table(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:
-    """The header and a line per row, each cell cut to its column's width (ending in "…" when
-    cut) so that the columns stay in line whatever the names (a width of 0: never cut)."""
-    spec = [QUEUE_COLUMNS[c] for c in columns]
-
-    def cell(value: Any, width: int) -> str:
-        text = str(value)
-        return f"{text[:width - 1]}…" if width and len(text) > width else f"{text:<{width}}"
-
-    return [" ".join(cell(h, w) for h, w, _ in spec).rstrip(),
-            *(" ".join(cell(get(a, a["queue"]), w) for _, w, get in spec).rstrip() for a in rows)]
 
 
 def run(args: argparse.Namespace, out: TextIO) -> None:

@@ -74,7 +74,7 @@ def test_a_job_file_with_nan_is_exit_2(tmp_path, capsys, monkeypatch):
 
 
 def test_queue_columns_stay_in_line_whatever_the_names():
-    from scheduling.cli import queue_table
+    from scheduling.cli_format import queue_table
 
     rows = [{"id": 7, "name": "physics-critical-3326-with-a-longer-tail", "resource_group": "a-very-long-group-name",
              "state": "pending", "preemption_class": 5, "priority": 10, "nodes": 1, "per_node": {"gpu": 8},
