@@ -148,7 +148,7 @@ if REDIS_URL:
     CELERY_TASK_ALWAYS_EAGER = False
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    CELERY_BROKER_URL = "memory://"
+    CELERY_BROKER_URL = "memory://localhost/"  # (with a host: kombu warns of a missing one otherwise)
     # No broker: tasks run in the web process, right where they are sent.
     CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
@@ -249,7 +249,8 @@ if LOG_FORMAT not in ("text", "json"):
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "lattice_site.logs.RequestIdFilter"}},
+    "filters": {"request_id": {"()": "lattice_site.logs.RequestIdFilter"},
+                "refusal": {"()": "lattice_site.logs.RefusalWithoutTraceback"}},
     "formatters": {
         "text": {"()": "lattice_site.logs.TextFormatter", "format": "%(asctime)s %(levelname)s %(name)s "
                                                                     "[%(request_id)s] %(message)s"},
@@ -257,7 +258,7 @@ LOGGING = {
                                                                  "%(request_id)s %(message)s"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT,
-                             "filters": ["request_id"]}},
+                             "filters": ["request_id", "refusal"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django": {"handlers": [], "level": LOG_LEVEL, "propagate": True}},
 }
