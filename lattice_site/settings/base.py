@@ -50,6 +50,7 @@ MIDDLEWARE = [
     "lattice_site.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "lattice_site.middleware.RefuseNul",
+    "lattice_site.middleware.ApiNotFoundInJson",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

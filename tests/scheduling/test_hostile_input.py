@@ -92,6 +92,13 @@ def test_django_s_own_errors_under_the_api_are_json(alice, client):
     assert page.status_code == 404 and not page["Content-Type"].startswith("application/json")
 
 
+@pytest.mark.parametrize("path", ["/api/v1/arrays//", "/api/v1/no-such-thing/", "/api/nothing"])
+def test_an_unknown_api_url_is_json_in_development_too(alice, settings, path):
+    settings.DEBUG = True  # Django's own debug page answers instead of handler404
+    missing = alice.get(path)
+    assert missing.status_code == 404 and missing.json() == {"detail": "Not found."}
+
+
 OPERATOR_WRITES = [
     ("put", "/api/v1/resource-groups/rg-main/policy/", {"policy": {"kind": "priority"}, "reason": "r"}),
     ("post", "/api/v1/resource-groups/rg-main/preview/", {"policy": {"kind": "priority"}}),
