@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 BAR = '<header class="top lattice-nav">'
 # Routes that are not pages: JSON and text for programs, and POST-only actions (405 on GET, checked).
-NOT_PAGES = {"metrics", "schema"}
+NOT_PAGES = {"metrics", "schema", "api-redoc-bundle"}  # (not HTML: a metrics text, a schema, a script)
 POST_ONLY = {"logout", "ops-pause", "ops-override", "job-cancel", "job-verb"}
 # Fragments a page fetches again to swap into itself: HTML without a bar of their own.
 FRAGMENTS = {"ops-state"}
