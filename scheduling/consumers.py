@@ -24,7 +24,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from lattice_site.consumers import DirectDispatch
 from scheduling.dispatch import keep_watchers_alive, subscribe, user_group
-from scheduling.live_access import RECHECK_S, groups_for, session_user
+from scheduling.live_access import RECHECK_S, access, groups_for
 
 COALESCE_S = 0.025
 
@@ -81,13 +81,12 @@ class LiveConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
         """Whether the session still holds this user; keeps only the groups it may hear now."""
         self.checked_at = asyncio.get_running_loop().time()
         session = self.scope.get("session")
-        user = await database_sync_to_async(session_user)(getattr(session, "session_key", None))
-        if not user.is_authenticated or user.pk != self.user_pk:
+        allowed = await database_sync_to_async(access)(getattr(session, "session_key", None), self.user_pk)
+        if allowed is None:
             self.closed, self.pending = True, []
             await self._leave(list(self.groups_joined))
             await self.close(code=4401)
             return False
-        allowed = await database_sync_to_async(groups_for)(user)
         lost = [g for g in self.groups_joined if g not in allowed]
         if lost:
             self.pending = []  # (some may be of a group it lost; pages read the rest on load)

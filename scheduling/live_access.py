@@ -37,6 +37,14 @@ def session_user(session_key: str | None) -> Any:
     return auth.get_user(SimpleNamespace(session=engine(session_key)))  # type: ignore[arg-type]
 
 
+def access(session_key: str | None, user_pk: int) -> list[str] | None:
+    """The groups the session may hear now, or None once it no longer holds the user ``user_pk``."""
+    user = session_user(session_key)
+    if not user.is_authenticated or user.pk != user_pk:
+        return None
+    return groups_for(user)
+
+
 @receiver(user_logged_out, dispatch_uid="lattice-live-logout")
 def _logged_out(sender: Any, user: Any = None, **kwargs: Any) -> None:
     if user is not None:
