@@ -59,6 +59,18 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+class RefusalWithoutTraceback(logging.Filter):
+    """A 4xx that Django logs with its exception (PermissionDenied: "Forbidden (Permission denied)")
+    is a refusal, not a fault: one line, without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status_code", None)
+        if record.exc_info and isinstance(status, int) and 400 <= status < 500:
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 def request_id_from(header: str | None) -> str:
     return header if header and _SAFE.fullmatch(header) else uuid.uuid4().hex
 

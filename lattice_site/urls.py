@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from lattice_site.redoc import REDOC_DIST, redoc_bundle
 from nodes import views as node_views
 from scheduling import views
 from scheduling.metrics import metrics_view
@@ -42,6 +43,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    path(f"{REDOC_DIST.strip('/')}/bundles/redoc.standalone.js", redoc_bundle, name="api-redoc-bundle"),
 ]
 
 handler400 = "lattice_site.error_views.bad_request"

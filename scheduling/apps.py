@@ -11,6 +11,7 @@ class SchedulingConfig(AppConfig):
         from django.db.backends.signals import connection_created
 
         from lattice_site import prepared, timestamps  # (see the comment above)
+        from scheduling import live_access  # noqa: F401  (connects its receivers; see the comment above)
 
         connection_created.connect(timestamps.install, dispatch_uid="lattice-timestamps")
         connection_created.connect(prepared.install, dispatch_uid="lattice-prepared")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import urllib.error
 import urllib.parse
@@ -42,9 +43,11 @@ from typing import Any, TextIO
 
 from scheduling import cli_config
 from scheduling.cli_format import (
+    QUEUE_COLUMNS,
     collapse_pending_tasks,
     estimate_line,
     list_lines,
+    queue_table,
     score_lines,
     usage_output,
 )
@@ -106,18 +109,32 @@ def _error_text(raw: bytes) -> str:
     return json.dumps(body)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def finite(text: str) -> float:
+    """A float argument that JSON can carry (not nan or inf)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
 def job_document(args: argparse.Namespace) -> dict[str, Any]:
     """The submission: ``--file`` if given, then the flags given over it."""
     doc: dict[str, Any] = {}
     if args.file:
         try:
-            doc = json.loads(Path(args.file).read_text())
+            doc = json.loads(Path(args.file).read_text(), parse_constant=_no_constant)
         except OSError as exc:
             raise Usage(f"cannot read {args.file}: {exc.strerror}") from None
-        except ValueError as exc:
+        except ValueError as exc:  # (UnicodeDecodeError too)
             raise Usage(f"{args.file} is not JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise Usage(f"{args.file} must hold a JSON object (the API's job fields)")
+        if "per_node" in doc and not isinstance(doc["per_node"], dict):
+            raise Usage(f"{args.file}: per_node must be an object of resources, e.g. {{\"gpu\": 1}}")
     flags = {"resource_group": args.group, "vcluster": args.vcluster, "session_type": args.session_type,
              "nodes": args.nodes, "preemption_class": args.klass, "priority": args.priority,
              "checkpoint": args.checkpoint, "walltime_minutes": args.walltime, "name": args.name}
@@ -168,24 +185,6 @@ def _decision_text(d: dict[str, Any] | None) -> str:
     return f"{d['outcome']} ({d['code']}): {d['explanation']}"
 
 
-# squeue-style columns: header, width, how a row (an allocation with its queue entry) shows it.
-QUEUE_COLUMNS: dict[str, tuple[str, int, Any]] = {
-    "id": ("JOBID", 8, lambda a, q: a["id"]),
-    "name": ("NAME", 12, lambda a, q: a["name"] or "-"),
-    "group": ("GROUP", 12, lambda a, q: a["resource_group"]),
-    "vcluster": ("VCLUSTER", 9, lambda a, q: a.get("vcluster") or "-"),
-    "user": ("USER", 9, lambda a, q: a["user"]),
-    "state": ("STATE", 13, lambda a, q: a["state"]),
-    "class": ("CLASS", 5, lambda a, q: a["preemption_class"]),
-    "prio": ("PRIO", 4, lambda a, q: a["priority"]),
-    "nodes": ("NODES", 5, lambda a, q: a["nodes"]),
-    "gpus": ("GPUS", 4, lambda a, q: f"{a['per_node'].get('gpu', 0):g}"),
-    "pos": ("POS", 5, lambda a, q: q["position"] if q and q["position"] is not None else "-"),
-    "ahead": ("AHEAD", 5, lambda a, q: q["ahead"] if q and q["ahead"] is not None else "-"),
-    "score": ("SCORE", 6, lambda a, q: f"{q['score']:.3f}" if q and q.get("score") is not None else "-"),
-    "reason": ("REASON", 18, lambda a, q: f"({q['reason']['code']})" if q and q.get("reason") else "-"),
-    "why": ("WHY", 0, lambda a, q: q["reason"]["explanation"] if q and q.get("reason") else "-"),
-}
 QUEUE_FORMAT = "id,name,group,state,class,prio,nodes,gpus,pos,ahead,reason"
 
 
@@ -206,10 +205,7 @@ def queue_lines(client: Client, args: argparse.Namespace) -> tuple[list[dict[str
     rows.sort(key=lambda a: (a["id"] not in entries, (entries.get(a["id"]) or {}).get("position") is None,
                              (entries.get(a["id"]) or {}).get("position") or 0))
     found = collapse_pending_tasks([{**a, "queue": entries.get(a["id"])} for a in rows])
-    spec = [QUEUE_COLUMNS[c] for c in columns]
-    lines = [" ".join(f"{h:<{w}}" for h, w, _ in spec).rstrip()]
-    lines += [" ".join(f"{str(get(a, a['queue'])):<{w}}" for _, w, get in spec).rstrip() for a in found]
-    return found, lines
+    return found, queue_table(columns, found)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> None:
@@ -300,7 +296,7 @@ def login(args: argparse.Namespace, url: str, out: TextIO) -> None:
     if args.token_file:
         token = cli_config.token(args.token_file)
     else:
-        secret = token = sys.stdin.readline().strip()
+        secret = token = cli_config.checked_token(sys.stdin.readline().strip(), "the token on standard input")
     if not token:
         raise Usage("no token given: --token-file PATH, or the token on standard input")
     Client(url, token).call("GET", "/tokens/")  # a token the server does not know is refused here
@@ -324,7 +320,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--token-file", help="a file holding an API token (else LATTICE_TOKEN)")
     p.add_argument("--json", action="store_true", help="print the API's JSON instead of text")
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("login", help="check a token (standard input, or --token-file) and save it with --url")
+    lg = sub.add_parser("login", help="check a token (standard input, or --token-file) and save it with --url")
+    lg.add_argument("--token-file", default=argparse.SUPPRESS,  # (SUPPRESS: one given before `login` stays)
+                    help="a file holding an API token (else the token is read from standard input)")
     s = sub.add_parser("submit", help="submit a job (or --what-if: what would happen now)")
     s.add_argument("--file", help="a JSON job document with the API's field names")
     s.add_argument("--group", help="resource group")
@@ -338,7 +336,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--priority", type=int)
     s.add_argument("--checkpoint", choices=["auto", "manual", "none"],
                    help="default: none (the server's default, as on the web form)")
-    s.add_argument("--walltime", type=float, help="minutes")
+    s.add_argument("--walltime", type=finite, help="minutes")
     s.add_argument("--name")
     s.add_argument("--dependency", help="afterok:ID[:ID],afterany:ID,afternotok:ID (jobs of the same tenant)")
     s.add_argument("--array", help="an array of tasks: 0-99%%10, 1,3,5-7 (%%N: at most N running)")

@@ -67,10 +67,19 @@ def token(flag_file: str | None) -> str:
         path = read_config().get("token_file")
     if path:
         try:
-            return Path(path).expanduser().read_text().strip()
+            return checked_token(Path(path).expanduser().read_text().strip(), f"the token file {path}")
         except OSError as exc:
             raise ConfigError(f"cannot read the token file {path}: {exc.strerror}") from None
-    return os.environ.get("LATTICE_TOKEN", "").strip()
+        except UnicodeDecodeError:
+            raise ConfigError(f"the token file {path} is not text (UTF-8): is it the right file?") from None
+    return checked_token(os.environ.get("LATTICE_TOKEN", "").strip(), "LATTICE_TOKEN")
+
+
+def checked_token(secret: str, where: str) -> str:
+    """A token goes in an HTTP header: one word of printable ASCII, nothing else."""
+    if secret and not (secret.isascii() and secret.isprintable() and not any(c.isspace() for c in secret)):
+        raise ConfigError(f"{where} does not hold one token (one line, no spaces, printable ASCII)")
+    return secret
 
 
 def save_login(url: str, secret: str | None, token_file: str | None) -> Path:
@@ -84,6 +93,7 @@ def save_login(url: str, secret: str | None, token_file: str | None) -> Path:
         kept.chmod(stat.S_IRUSR | stat.S_IWUSR)
         kept.write_text(secret + "\n")
         token_file = str(kept)
-    path.write_text(json.dumps({"url": site_root(url), "token_file": str(Path(token_file or "").expanduser())},
-                               indent=2) + "\n")
+    # Absolute: later commands run from any directory.
+    saved = os.path.abspath(Path(token_file).expanduser()) if token_file else ""
+    path.write_text(json.dumps({"url": site_root(url), "token_file": saved}, indent=2) + "\n")
     return path

@@ -100,3 +100,36 @@ def collapse_pending_tasks(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for merged in lines.values():
         merged["id"] = f"{merged['array']}_[{index_ranges(merged['indices'])}]"
     return out
+
+
+# squeue-style columns: header, width, how a row (an allocation with its queue entry) shows it.
+QUEUE_COLUMNS: dict[str, tuple[str, int, Any]] = {
+    "id": ("JOBID", 8, lambda a, q: a["id"]),
+    "name": ("NAME", 20, lambda a, q: a["name"] or "-"),
+    "group": ("GROUP", 12, lambda a, q: a["resource_group"]),
+    "vcluster": ("VCLUSTER", 9, lambda a, q: a.get("vcluster") or "-"),
+    "user": ("USER", 9, lambda a, q: a["user"]),
+    "state": ("STATE", 13, lambda a, q: a["state"]),
+    "class": ("CLASS", 5, lambda a, q: a["preemption_class"]),
+    "prio": ("PRIO", 4, lambda a, q: a["priority"]),
+    "nodes": ("NODES", 5, lambda a, q: a["nodes"]),
+    "gpus": ("GPUS", 4, lambda a, q: f"{a['per_node'].get('gpu', 0):g}"),
+    "pos": ("POS", 5, lambda a, q: q["position"] if q and q["position"] is not None else "-"),
+    "ahead": ("AHEAD", 5, lambda a, q: q["ahead"] if q and q["ahead"] is not None else "-"),
+    "score": ("SCORE", 6, lambda a, q: f"{q['score']:.3f}" if q and q.get("score") is not None else "-"),
+    "reason": ("REASON", 18, lambda a, q: f"({q['reason']['code']})" if q and q.get("reason") else "-"),
+    "why": ("WHY", 0, lambda a, q: q["reason"]["explanation"] if q and q.get("reason") else "-"),
+}
+
+
+def queue_table(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:
+    """The header and a line per row, each cell cut to its column's width (ending in "…" when
+    cut) so that the columns stay in line whatever the names (a width of 0: never cut)."""
+    spec = [QUEUE_COLUMNS[c] for c in columns]
+
+    def cell(value: Any, width: int) -> str:
+        text = str(value)
+        return f"{text[:width - 1]}…" if width and len(text) > width else f"{text:<{width}}"
+
+    return [" ".join(cell(h, w) for h, w, _ in spec).rstrip(),
+            *(" ".join(cell(get(a, a["queue"]), w) for _, w, get in spec).rstrip() for a in rows)]

@@ -38,6 +38,11 @@ def tenant_group(tenant_id: int) -> str:
     return f"tenant-{tenant_id}"
 
 
+def user_group(user_id: int) -> str:
+    """Every live-feed socket of one user: told to re-check its access when that may have changed."""
+    return f"user-{user_id}"
+
+
 OPS_GROUP = "ops"
 SUBSCRIBERS_TTL_S = 30  # a process's watcher entry lapses this long after its last refresh
 _local_subscribers: dict[str, int] = {}
@@ -138,6 +143,13 @@ def agent_revoked_on_commit(node_name: str) -> None:
                                             f"token revocation of {node_name}"))
 
 
+def live_recheck_on_commit(user_id: int) -> None:
+    """Once the transaction commits, make the user's live-feed sockets, in whichever process holds
+    them, re-check their session and tenants (after a logout, a removal or a deactivation)."""
+    transaction.on_commit(lambda: _send_all([(user_group(user_id), {"type": "live.recheck"})],
+                                            f"live access re-check of user {user_id}"))
+
+
 def event_on_commit(kind: str, payload: dict[str, Any], tenant_id: int | None) -> None:
     """A live event for operators (and the tenant it concerns), sent after commit."""
     events_on_commit([(kind, payload, tenant_id)])
@@ -161,7 +173,8 @@ def events_on_commit(events: list[tuple[str, dict[str, Any], int | None]]) -> No
         from scheduling.live_feed import live_payloads
 
         shown = live_payloads([event for event, _ in heard], bool(seen - {OPS_GROUP}))
-        _send_all([(group, {"type": "live.event", "event": {"kind": kind, **(ops if group == OPS_GROUP else mine)}})
+        _send_all([(group, {"type": "live.event", "group": group,
+                             "event": {"kind": kind, **(ops if group == OPS_GROUP else mine)}})
                    for ((kind, _, _), groups), (ops, mine) in zip(heard, shown, strict=True)
                    for group in groups if group in seen], f"{len(events)} live events")
 

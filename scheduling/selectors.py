@@ -114,19 +114,29 @@ def _redact(row: dict[str, Any], victim_tenant: dict[int, int], mine: set[int] |
         "trigger": row["trigger"] or None, "nodes": row["nodes"], "borrowed": row["borrowed"],
         "execution": row["outcome"],
     }
+    # The same types whoever reads: ids are integers (or null where hidden), a hidden preemptor
+    # is described in preemptor_description.
     if mine is None:
-        return {**body, "preemptor": row["preemptor_id"], "victims": row["victims"],
-                "explanation": row["explanation"]}
+        return {**body, "preemptor": row["preemptor_id"], "preemptor_description": None,
+                "victims": [_with_int_id(v) for v in row["victims"]], "explanation": row["explanation"]}
     if row["preemptor__tenant_id"] in mine:
-        body.update(preemptor=row["preemptor_id"], explanation=row["explanation"])
+        body.update(preemptor=row["preemptor_id"], preemptor_description=None, explanation=row["explanation"])
     else:
         klass = row["preemptor__preemption_class"]
         text = f"a class-{'?' if klass is None else klass} allocation of another tenant"
-        body.update(preemptor=text, explanation=preempted_by_other(text, row["trigger"], row["nodes"]))
-    body["victims"] = [v if victim_tenant.get(int(v["id"])) in mine else
+        body.update(preemptor=None, preemptor_description=text,
+                    explanation=preempted_by_other(text, row["trigger"], row["nodes"]))
+    body["victims"] = [_with_int_id(v) if victim_tenant.get(int(v["id"])) in mine else
                        {"id": None, "tenant": "another tenant", "reason": v["reason"], "action": v["action"]}
                        for v in row["victims"]]
     return body
+
+
+def _with_int_id(victim: dict[str, Any]) -> dict[str, Any]:
+    """A victim as stored (its id a string, as the engine writes it) with its id an integer, as
+    allocation ids are everywhere else in the API."""
+    vid = victim.get("id")
+    return {**victim, "id": int(vid)} if isinstance(vid, str) and vid.isdigit() else victim
 
 
 # Why another tenant's work preempted a reader's, by the decision's trigger (docs/decisions.md).

@@ -50,6 +50,7 @@ MIDDLEWARE = [
     "lattice_site.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "lattice_site.middleware.RefuseNul",
+    "lattice_site.middleware.ApiNotFoundInJson",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -101,11 +102,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.boo
     # token lookup: 0.17 ms to plan, 0.03 ms to run). DB_PREPARE=false for a pooler in
     # transaction mode that cannot keep prepared statements (PgBouncer before 1.21).
     DATABASES["default"].setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=1)
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.int("DB_STATEMENT_TIMEOUT_MS", 0):
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.int("DB_STATEMENT_TIMEOUT_MS", 0, minimum=0):
     # For processes whose tasks cannot be killed from outside (a thread-pool worker): no
     # statement may wait or run longer than this.
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
-        f"-c statement_timeout={env.int('DB_STATEMENT_TIMEOUT_MS', 0)}")
+        f"-c statement_timeout={env.int('DB_STATEMENT_TIMEOUT_MS', 0, minimum=0)}")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     # Writers wait for each other instead of failing at once (the web process and
@@ -139,7 +140,7 @@ if REDIS_URL:
             # (any load) then raised in the consumer and closed the socket with 1011. The
             # client must wait comfortably longer than a blocking read can take.
             "CONFIG": {"hosts": [{"address": REDIS_URL,
-                                  "max_connections": env.int("REDIS_MAX_CONNECTIONS", 1000),
+                                  "max_connections": env.int("REDIS_MAX_CONNECTIONS", 1000, minimum=1),
                                   "socket_timeout": 3 * RedisChannelLayer.brpop_timeout}],
                        "capacity": 1000},
         }
@@ -148,7 +149,7 @@ if REDIS_URL:
     CELERY_TASK_ALWAYS_EAGER = False
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    CELERY_BROKER_URL = "memory://"
+    CELERY_BROKER_URL = "memory://localhost/"  # (with a host: kombu warns of a missing one otherwise)
     # No broker: tasks run in the web process, right where they are sent.
     CELERY_TASK_ALWAYS_EAGER = True
 
@@ -167,8 +168,8 @@ CELERY_TASK_TIME_LIMIT = 120
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     # Re-derives deadlines, holds and pending work from the database: recovers any lost message.
-    "sweep": {"task": "scheduling.sweep", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5)},
-    "node-liveness": {"task": "nodes.liveness", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5)},
+    "sweep": {"task": "scheduling.sweep", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5, minimum=1)},
+    "node-liveness": {"task": "nodes.liveness", "schedule": env.int("LATTICE_SWEEP_SECONDS", 5, minimum=1)},
     # The usage series (scheduling/usage.py): it samples each complete minute once, whenever it runs.
     "usage": {"task": "scheduling.sample_usage", "schedule": 30},
 }
@@ -195,8 +196,10 @@ STATIC_ROOT = Path(env.str("STATIC_ROOT") or HOME_DIR / "staticfiles")
 # connection's (REMOTE_ADDR): a forwarded header is not trusted.
 AUTHENTICATION_BACKENDS = ["lattice_site.login_throttle.LoginThrottle",
                            "django.contrib.auth.backends.ModelBackend"]
-AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5)
-AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", 15))
+# Both at least 1: a limit of 0 would lock every login out at its first try, a cool-off under
+# a minute would never hold.
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", 15, minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 
@@ -219,7 +222,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "scheduling.api.schema.LatticeSchema",
     "EXCEPTION_HANDLER": "scheduling.api.errors.exception_handler",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
+    "DEFAULT_PAGINATION_CLASS": "scheduling.api.pagination.Cursor",
     "PAGE_SIZE": 50,
 }
 SPECTACULAR_SETTINGS = {
@@ -230,7 +233,9 @@ SPECTACULAR_SETTINGS = {
     # render on a cluster with no internet access.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
+    # ReDoc's bundle from the sidecar, with the one image it fetched from the internet taken
+    # out (lattice_site/redoc.py serves it).
+    "REDOC_DIST": "/api/redoc-dist",
     # Clients send JSON (the parsers also read forms, for the browsable API).
     "PARSER_WHITELIST": ["scheduling.api.parsers.JSONParser"],
     "COMPONENT_SPLIT_REQUEST": True,  # what a client sends, apart from what it reads back
@@ -244,14 +249,17 @@ SPECTACULAR_SETTINGS = {
 # level asked for (a record a logger lets through reaches the root's handler whatever the root's level).
 # Each line has its time (UTC), level, logger and request id; LOG_FORMAT=json writes one JSON
 # object a line instead (lattice_site/logs.py).
-LOG_LEVEL = env.str("LOG_LEVEL") or "INFO"
+LOG_LEVEL = (env.str("LOG_LEVEL") or "INFO").strip().upper()
+if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    raise ImproperlyConfigured(f"LOG_LEVEL={env.str('LOG_LEVEL')!r} must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
 LOG_FORMAT = (env.str("LOG_FORMAT") or "text").strip().lower()
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r} must be text or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "lattice_site.logs.RequestIdFilter"}},
+    "filters": {"request_id": {"()": "lattice_site.logs.RequestIdFilter"},
+                "refusal": {"()": "lattice_site.logs.RefusalWithoutTraceback"}},
     "formatters": {
         "text": {"()": "lattice_site.logs.TextFormatter", "format": "%(asctime)s %(levelname)s %(name)s "
                                                                     "[%(request_id)s] %(message)s"},
@@ -259,7 +267,7 @@ LOGGING = {
                                                                  "%(request_id)s %(message)s"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT,
-                             "filters": ["request_id"]}},
+                             "filters": ["request_id", "refusal"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django": {"handlers": [], "level": LOG_LEVEL, "propagate": True}},
 }

@@ -22,7 +22,7 @@ SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", True)
 # Probes are answered before SecurityMiddleware (lattice_site/probes.py); this keeps them plain
 # HTTP should that order ever change.
 SECURE_REDIRECT_EXEMPT = [r"^healthz(/|$)"]
-SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", 31536000)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", 31536000, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = True
 SECURE_HSTS_PRELOAD = True
 SESSION_COOKIE_SECURE = True

@@ -29,7 +29,8 @@ class AllocationFilter(filters.FilterSet):
     state = ChoicesIn(choices=State.choices, help_text="one state, or several separated by commas")
     resource_group = _group()
     array = filters.NumberFilter(field_name="array_id", help_text="the tasks of one array (its id)")
-    held = filters.BooleanFilter()
+    held = filters.TypedChoiceFilter(choices=[("true", "true"), ("false", "false")], coerce=lambda v: v == "true",
+                                     help_text="true: held work only; false: work not held")
 
     class Meta:
         model = Allocation

@@ -159,6 +159,9 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
         unknown = sorted(set(value) - set(RESOURCES))
         if unknown:
             raise serializers.ValidationError(f"unknown resource(s) {', '.join(unknown)}; use {', '.join(RESOURCES)}")
+        if not any(value.values()):  # ({} or all zero: it would hold nothing and never be preempted)
+            raise serializers.ValidationError(f"asks for no resources; give at least one of {', '.join(RESOURCES)} "
+                                              "above 0 (e.g. gpu)")
         return value
 
     def validate_command(self, value: list[str]) -> list[str]:
@@ -362,8 +365,12 @@ class DecisionOutput(serializers.Serializer):
     nodes = serializers.ListField(child=serializers.CharField())
     borrowed = serializers.ListField(child=serializers.CharField())
     execution = serializers.CharField()
-    preemptor = serializers.JSONField()
-    victims = serializers.ListField(child=serializers.DictField())
+    preemptor = serializers.IntegerField(allow_null=True, help_text=(
+        "The preemptor's allocation id; null when the reader may not see it (another tenant's work)."))
+    preemptor_description = serializers.CharField(allow_null=True, help_text=(
+        "Null when the id is shown; else what the reader may know of it: 'a class-5 allocation of another tenant'."))
+    victims = serializers.ListField(child=serializers.DictField(), help_text=(
+        "Each with its allocation id (an integer; null for another tenant's work), reason and action."))
     candidates = serializers.ListField(child=serializers.DictField(), required=False,
                                        help_text="Detail only: lists leave candidates out.")
     explanation = serializers.CharField()

@@ -120,8 +120,8 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     if alloc is None:
         raise Http404("no such allocation")
     latest, preemptions = explanation(alloc, request.user)
-    for p in preemptions:  # the preemptor is an id when the reader may open it, else its class in words
-        p["own_preemptor"] = p["preemptor"] if isinstance(p["preemptor"], int) else None
+    for p in preemptions:
+        p["own_preemptor"] = p["preemptor"]  # null when another tenant's (preemptor_description says what)
     pending = alloc.state == "pending"
     events = list(events_of(alloc))
     return render(request, "jobs/detail.html", {

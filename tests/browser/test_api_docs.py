@@ -39,7 +39,15 @@ def test_swagger_ui_renders_with_no_network(login, live_server_url, operator):
 def test_redoc_renders_with_no_network(login, live_server_url, operator):
     page = login("op", "pw-op-123")
     refused = _offline(page)
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("requestfailed", lambda r: errors.append(f"failed: {r.url}"))
     page.goto(f"{live_server_url}/api/redoc/")
     page.wait_for_selector("h1:has-text('Lattice API')", timeout=15_000)
     assert page.locator("text=/api/v1/allocations/").count() > 0
+    # The side menu's "API docs by Redocly" (whose logo came from a CDN) is drawn, and settled.
+    page.wait_for_selector("a[href='https://redocly.com/redoc/']", timeout=15_000)
+    page.wait_for_load_state("networkidle")
+    page.wait_for_timeout(500)
     assert refused == []
+    assert errors == []

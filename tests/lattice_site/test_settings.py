@@ -123,3 +123,45 @@ def test_log_level_holds_for_django_records_too():
                    DJANGO_SETTINGS_MODULE="lattice_site.settings.dev", DEBUG="true", LOG_LEVEL="WARNING")
     assert done.returncode == 0, done.stderr
     assert "marker-7" not in done.stderr
+
+
+def test_a_bad_log_level_fails_fast_naming_the_variable():
+    result = _manage("check", LOG_LEVEL="LOUD")
+    assert result.returncode != 0
+    assert "LOG_LEVEL='LOUD'" in result.stderr
+
+
+@pytest.mark.parametrize(("name", "value"), [("LOGIN_FAILURE_LIMIT", "0"), ("LOGIN_COOLOFF_MINUTES", "-5"),
+                                             ("LOGIN_COOLOFF_MINUTES", "0"), ("LATTICE_SWEEP_SECONDS", "0")])
+def test_a_login_throttle_out_of_range_fails_fast_naming_the_variable(name, value):
+    result = _manage("check", **{name: value})
+    assert result.returncode != 0
+    assert f"{name}={value!r} must be at least" in result.stderr
+
+
+def test_a_log_level_in_lower_case_is_taken():
+    assert _manage("check", LOG_LEVEL="warning").returncode == 0
+
+
+def test_a_refusal_is_logged_as_one_line_without_a_traceback():
+    """What Django logs for a PermissionDenied (its own call): the line, not the exception's traceback."""
+    code = ("from django.core.exceptions import PermissionDenied; from django.http import HttpResponseForbidden; "
+            "from django.test import RequestFactory; from django.utils.log import log_response; "
+            "log_response('Forbidden (Permission denied): %s', '/ops/', response=HttpResponseForbidden(), "
+            "request=RequestFactory().get('/ops/'), exception=PermissionDenied('marker-403'))")
+    done = _manage("shell", "-c", code, DJANGO_SETTINGS_MODULE="lattice_site.settings.dev", DEBUG="true")
+    assert done.returncode == 0, done.stderr
+    assert "Forbidden (Permission denied): /ops/" in done.stderr
+    assert "Traceback" not in done.stderr and "marker-403" not in done.stderr
+
+
+def test_the_embedded_mode_s_broker_logs_no_warning():
+    """Without Redis, Celery's broker is in memory: touching it must not warn of a missing host."""
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    done = subprocess.run([sys.executable, "manage.py", "shell", "-c",
+                           "from lattice_site.celery import app; app.connection_for_write().info()"],
+                          cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE": "lattice_site.settings.dev", "DEBUG": "true",
+                                         "LATTICE_VAR_DIR": str(ROOT / "var" / "test-settings")},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "kombu" not in done.stderr and "No hostname" not in done.stderr

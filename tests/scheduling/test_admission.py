@@ -70,6 +70,11 @@ def test_a_what_if_needs_no_command(api_for, tenant_physics, two_nodes):
     assert response.status_code == 200, response.content
 
 
+@pytest.mark.parametrize("per_node", [{}, {"gpu": 0, "cpu": 0, "memory": 0}])
+def test_work_that_asks_for_no_resources_is_refused(api_for, tenant_physics, two_nodes, per_node):
+    _refused(_submit(api_for("alice"), per_node=per_node), "per_node")
+
+
 # -- a node that could hold it ------------------------------------------------------------------
 
 def test_more_of_a_resource_than_any_node_has_is_refused_naming_it(api_for, tenant_physics, two_nodes):

@@ -42,10 +42,12 @@ def test_victims_tenant_reads_it_redacted_and_a_stranger_not_at_all(cross_tenant
     alice = api_for("alice")
     listed = alice.get("/api/v1/preemptions/").json()["results"]
     assert [d["id"] for d in listed] == [decision.pk]
-    assert listed[0]["preemptor"] == "a class-7 allocation of another tenant"
+    assert listed[0]["preemptor_description"] == "a class-7 allocation of another tenant"
     assert "candidates" not in listed[0] and "policy" not in listed[0]
     detail = alice.get(f"/api/v1/preemptions/{decision.pk}/").json()
-    assert detail["victims"][0]["id"] == str(low.pk)
+    assert detail["victims"][0]["id"] == low.pk
+    # The same types as the operator reads (an id hidden is null, never a sentence in its place).
+    assert listed[0]["preemptor"] is None and detail["preemptor"] is None
     assert str(high.pk) not in {c.get("id") for c in detail["candidates"]}
 
     stranger = Tenant.objects.create(name="biology")
@@ -127,8 +129,8 @@ def test_explain_reads_every_preemption_redacted_in_a_fixed_number_of_queries(cr
     assert len(once["preemptions"]) == 1 and len(many["preemptions"]) == 6
     assert cost_many == cost_once
     for shown in many["preemptions"]:
-        assert shown["preemptor"] == "a class-7 allocation of another tenant"
-        assert shown["victims"][0]["id"] == str(low.pk)
+        assert shown["preemptor_description"] == "a class-7 allocation of another tenant"
+        assert shown["victims"][0]["id"] == low.pk
         assert {c["id"] for c in shown["candidates"]} <= {str(low.pk)}
         assert "policy" not in shown
 
@@ -170,3 +172,13 @@ def test_a_hold_among_the_candidates_is_shown_as_a_hold_and_never_crashes(decisi
 
     ops = api_for("op").get(f"/api/v1/preemptions/{record.pk}/").json()
     assert [c["id"] for c in ops["candidates"]] == [f"hold:{theirs.pk}", str(mine.pk), f"hold:{waiting.pk}"]
+
+
+def test_the_operator_reads_the_same_types_with_the_ids(cross_tenant_preemption, client, operator):
+    low, high, decision = cross_tenant_preemption
+    client.force_login(operator)
+    detail = client.get(f"/api/v1/preemptions/{decision.pk}/").json()
+    listed = client.get("/api/v1/preemptions/").json()["results"][0]
+    for shown in (detail, listed):
+        assert (shown["preemptor"], shown["preemptor_description"]) == (high.pk, None)
+        assert [v["id"] for v in shown["victims"]] == [low.pk]

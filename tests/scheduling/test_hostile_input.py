@@ -92,6 +92,13 @@ def test_django_s_own_errors_under_the_api_are_json(alice, client):
     assert page.status_code == 404 and not page["Content-Type"].startswith("application/json")
 
 
+@pytest.mark.parametrize("path", ["/api/v1/arrays//", "/api/v1/no-such-thing/", "/api/nothing"])
+def test_an_unknown_api_url_is_json_in_development_too(alice, settings, path):
+    settings.DEBUG = True  # Django's own debug page answers instead of handler404
+    missing = alice.get(path)
+    assert missing.status_code == 404 and missing.json() == {"detail": "Not found."}
+
+
 OPERATOR_WRITES = [
     ("put", "/api/v1/resource-groups/rg-main/policy/", {"policy": {"kind": "priority"}, "reason": "r"}),
     ("post", "/api/v1/resource-groups/rg-main/preview/", {"policy": {"kind": "priority"}}),
@@ -150,8 +157,38 @@ def test_a_bad_filter_value_is_a_400_naming_the_filter(request, who, url, name):
     assert list(response.json()) == [name]
 
 
+def test_a_bad_held_value_is_a_400_naming_the_filter(alice, make_allocation):
+    make_allocation(state="pending")
+    response = alice.get("/api/v1/allocations/?held=maybe")
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["held"]
+
+
+def test_the_held_filter_filters(alice, make_allocation):
+    held, free = make_allocation(state="pending", held=True), make_allocation(state="pending")
+    assert [a["id"] for a in alice.get("/api/v1/allocations/?held=true").json()["results"]] == [held.pk]
+    assert [a["id"] for a in alice.get("/api/v1/allocations/?held=false").json()["results"]] == [free.pk]
+
+
 def test_good_filter_values_still_filter(alice, make_allocation):
     running, pending = make_allocation(state="running"), make_allocation(state="pending")
     make_allocation(state="completed")
     listed = alice.get("/api/v1/allocations/?state=running,pending&resource_group=rg-main").json()["results"]
     assert sorted(a["id"] for a in listed) == sorted([running.pk, pending.pk])
+
+
+@pytest.mark.parametrize(("who", "url"), [("alice", "/api/v1/allocations/"), ("alice", "/api/v1/preemptions/"),
+                                          ("ops", "/api/v1/nodes/"), ("ops", "/api/v1/audit/"),
+                                          ("alice", "/api/v1/tokens/")])
+def test_a_cursor_this_list_never_gave_is_a_400_naming_it(request, who, url):
+    response = request.getfixturevalue(who).get(url + "?cursor=garbage")
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["cursor"]
+
+
+def test_a_cursor_the_list_gave_still_pages(alice, make_allocation, settings):
+    for _ in range(51):
+        make_allocation(state="pending")
+    first = alice.get("/api/v1/allocations/").json()
+    second = alice.get(first["next"])
+    assert second.status_code == 200 and len(second.json()["results"]) == 1

@@ -13,6 +13,7 @@ from channels.testing import WebsocketCommunicator
 from lattice_site.asgi import application
 from scheduling.consumers import COALESCE_S
 from scheduling.dispatch import event_on_commit, has_subscribers
+from scheduling.models import Membership
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -191,3 +192,78 @@ def test_a_pass_announces_placements_once_per_tenant_to_each_audience(client, op
                            "jobs": {str(pk): {"tenant": "physics", **size} for pk in sorted(mine)}}]
     ops_theirs = next(e for e in got_ops if e["allocations"] == [theirs])
     assert ops_theirs["jobs"] == {str(theirs): {"tenant": "chemistry", **size}}
+
+
+def test_a_frame_that_is_not_json_leaves_the_feed_open(client, operator):
+    client.force_login(operator)
+
+    async def scenario() -> bool:
+        comm = _comm(client)
+        assert (await comm.connect())[0]
+        await comm.receive_json_from(timeout=5)  # hello
+        await comm.send_to(text_data="not json{")
+        await comm.send_to(bytes_data=b"\xff\x00")
+        await comm.receive_nothing(timeout=0.5)
+        still_open = not comm.future.done()
+        await comm.disconnect()
+        return still_open
+
+    assert async_to_sync(scenario)()
+
+
+def test_a_member_removed_from_its_tenant_stops_hearing_it(client, tenant_physics, django_user_model):
+    client.force_login(django_user_model.objects.get(username="alice"))
+
+    def remove_and_send():
+        Membership.objects.filter(user__username="alice", tenant=tenant_physics).delete()
+        event_on_commit("y", {"n": 2}, tenant_physics.pk)
+
+    async def scenario() -> bool:
+        comm = _comm(client)
+        assert (await comm.connect())[0]
+        await comm.receive_json_from(timeout=5)  # hello
+        await database_sync_to_async(remove_and_send)()
+        heard_nothing = await comm.receive_nothing(timeout=1)
+        await comm.disconnect()
+        return heard_nothing
+
+    assert async_to_sync(scenario)()
+
+
+def _closed_after(client, tenant_physics, change) -> dict:
+    """Connect alice's socket, run ``change`` (in a thread), send one event of her tenant: what
+    the socket gets next."""
+    async def scenario() -> dict:
+        comm = _comm(client)
+        assert (await comm.connect())[0]
+        await comm.receive_json_from(timeout=5)  # hello
+        await database_sync_to_async(change)()
+        await database_sync_to_async(event_on_commit)("y", {"n": 2}, tenant_physics.pk)
+        return await comm.receive_output(timeout=5)
+
+    return async_to_sync(scenario)()
+
+
+def test_a_logout_closes_that_sessions_feed(client, tenant_physics, django_user_model):
+    client.force_login(django_user_model.objects.get(username="alice"))
+    assert _closed_after(client, tenant_physics, client.logout) == {"type": "websocket.close", "code": 4401}
+
+
+def test_a_deactivated_user_stops_hearing_the_feed(client, tenant_physics, django_user_model):
+    alice = django_user_model.objects.get(username="alice")
+    client.force_login(alice)
+
+    def deactivate():
+        alice.is_active = False
+        alice.save()
+
+    assert _closed_after(client, tenant_physics, deactivate) == {"type": "websocket.close", "code": 4401}
+
+
+def test_a_member_still_hears_its_tenant_after_logging_in_elsewhere(client, tenant_physics, django_user_model):
+    from django.test import Client
+
+    alice = django_user_model.objects.get(username="alice")
+    client.force_login(alice)
+    got = _closed_after(client, tenant_physics, lambda: Client().login(username="alice", password="pw-alice-123"))
+    assert got["type"] == "websocket.send" and '"events"' in got["text"]

@@ -58,7 +58,7 @@ def test_backendai_priorities_end_to_end(resource_group, vcluster_hpc, tenant_ph
 
     bob_view = explain(bob, old)
     assert bob_view["state"] == "preempted"
-    assert bob_view["preemptions"][0]["preemptor"] == "a class-0 allocation of another tenant"
+    assert bob_view["preemptions"][0]["preemptor_description"] == "a class-0 allocation of another tenant"
     assert bob_view["preemptions"][0]["trigger"] == "priority"
     # The decision that preempted, as alice reads it (her latest may be a later wait for the victim,
     # when a pass ran between the submission and the test's own).

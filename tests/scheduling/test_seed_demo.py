@@ -10,6 +10,7 @@ from django.utils import timezone
 from nodes.models import Node
 from scheduling.models import (
     Allocation,
+    Placement,
     PreemptionDecision,
     ResourceGroup,
     SessionType,
@@ -18,6 +19,7 @@ from scheduling.models import (
     VCluster,
 )
 from scheduling.passes.run import schedule_pass
+from scheduling.states import State
 
 pytestmark = pytest.mark.django_db
 
@@ -74,3 +76,29 @@ def test_seed_demo_gives_the_charts_a_week_of_history_and_the_sampler_goes_on_fr
     assert UsageSample.objects.count() == count
     assert usage.sample(now=end + timedelta(minutes=3)) == 3  # the sampler goes on from the mark
     assert minutes.filter(start__gte=end).count() == 3
+
+
+def test_the_fair_share_demo_group_does_not_take_back_work_just_placed():
+    """The demo's thrash: a preemption drops the victim's tenant below its own line; 30 s later it
+    starves and takes a node back from work that had only just started, and so on. Here physics'
+    3-node job was just placed, biology runs on fw-west-08 and chemistry's 1-node job waits again:
+    chemistry starves, and the only work it could preempt is physics' job, a minute old."""
+    call_command("seed_demo")
+    group = ResourceGroup.objects.get(name="fair-west")
+    t0 = timezone.now()
+    physics = Allocation.objects.get(resource_group=group, ran_on=["fw-west-03", "fw-west-04", "fw-west-05"])
+    Allocation.objects.filter(pk=physics.pk).update(started_at=t0 - timedelta(minutes=1))
+    chemistry = Allocation.objects.get(resource_group=group, ran_on=["fw-west-08"])
+    node = chemistry.placements.get().node
+    chemistry.placements.all().delete()
+    Allocation.objects.filter(pk=chemistry.pk).update(state=State.PENDING, started_at=None, state_changed_at=t0)
+    biology = Allocation.objects.get(resource_group=group, tenant__name="biology")
+    Allocation.objects.filter(pk=biology.pk).update(state=State.RUNNING, started_at=t0 - timedelta(minutes=1),
+                                                    ran_on=[node.name])
+    Placement.objects.create(allocation=biology, node=node, gpu=8, cpu=64, memory=512)
+
+    schedule_pass(group.pk, now=t0)
+    schedule_pass(group.pk, now=t0 + timedelta(seconds=31))  # chemistry starving now
+    assert TenantShare.objects.get(resource_group=group, tenant__name="chemistry").below_since == t0
+    assert not PreemptionDecision.objects.filter(resource_group=group, result="preempt").exists()
+    assert Allocation.objects.get(pk=physics.pk).state == State.RUNNING

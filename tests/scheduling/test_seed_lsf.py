@@ -78,8 +78,8 @@ def test_lsf_queues_end_to_end(resource_group, vcluster_hpc, tenant_physics, ten
 
     # each tenant reads its own side: chemistry sees a preemptor of another tenant, by class only
     bob_view = explain(bob, c1)["preemptions"]
-    assert len(bob_view) == 1 and bob_view[0]["preemptor"] == "a class-0 allocation of another tenant"
-    assert bob_view[0]["victims"][0]["id"] == str(c1)
+    assert len(bob_view) == 1 and bob_view[0]["preemptor_description"] == "a class-0 allocation of another tenant"
+    assert bob_view[0]["victims"][0]["id"] == c1
     # The decision that preempted, as alice reads it (her latest may be a later wait for the victim,
     # when a pass ran between the submission and the test's own).
     record = PreemptionDecision.objects.get(preemptor_id=urgent, code="PREEMPT")

@@ -60,8 +60,8 @@ def test_symphony_ranks_end_to_end(resource_group, vcluster_hpc, tenant_physics,
     assert Allocation.objects.get(pk=low).state == "pending"
 
     bob_view = explain(bob, plain)["preemptions"]
-    assert bob_view[0]["preemptor"] == "a class-0 allocation of another tenant"
-    assert bob_view[0]["victims"][0]["id"] == str(plain) and bob_view[0]["trigger"] == "fair_share"
+    assert bob_view[0]["preemptor_description"] == "a class-0 allocation of another tenant"
+    assert bob_view[0]["victims"][0]["id"] == plain and bob_view[0]["trigger"] == "fair_share"
     # The decision that preempted, as alice reads it (her latest may be a later wait for the victim,
     # when a pass ran between the submission and the test's own).
     record = PreemptionDecision.objects.get(preemptor_id=high, code="PREEMPT")

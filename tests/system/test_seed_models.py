@@ -122,7 +122,7 @@ def test_class_cost_lattice(tmp_path, agent_factory, resource_group, vcluster_hp
 
     alice_view = explain(alice, low)["preemptions"]
     assert [p["id"] for p in alice_view] == [decision.pk]
-    assert alice_view[0]["preemptor"] == "a class-7 allocation of another tenant"
+    assert alice_view[0]["preemptor_description"] == "a class-7 allocation of another tenant"
     bob_view = bob.get(f"/api/v1/preemptions/{decision.pk}/").json()
     assert bob_view["preemptor"] == high and bob_view["victims"] == [
         {"id": None, "tenant": "another tenant", "reason": "priority", "action": "checkpoint"}]
@@ -162,7 +162,7 @@ def test_priority_backend_ai(tmp_path, agent_factory, resource_group, vcluster_h
 
     bob_view = explain(bob, old)
     assert bob_view["state"] == "preempted" and bob_view["preemptions"][0]["trigger"] == "priority"
-    assert bob_view["preemptions"][0]["preemptor"] == "a class-0 allocation of another tenant"
+    assert bob_view["preemptions"][0]["preemptor_description"] == "a class-0 allocation of another tenant"
     alice_view = alice.get(f"/api/v1/preemptions/{decision.pk}/").json()
     assert alice_view["code"] == "PREEMPT" and alice_view["victims"][0]["tenant"] == "another tenant"
 
@@ -250,7 +250,7 @@ def test_queue_lsf(tmp_path, agent_factory, resource_group, vcluster_hpc,  # noq
     assert list(Allocation.objects.get(pk=urgent).placements.values_list("node__name", flat=True)) == alone
 
     bob_view = explain(bob, b1)["preemptions"]
-    assert len(bob_view) == 1 and bob_view[0]["preemptor"] == "a class-0 allocation of another tenant"
+    assert len(bob_view) == 1 and bob_view[0]["preemptor_description"] == "a class-0 allocation of another tenant"
     alice_view = alice.get(f"/api/v1/preemptions/{decision.pk}/").json()
     assert alice_view["victims"] == [{"id": None, "tenant": "another tenant", "reason": "priority",
                                       "action": "checkpoint"}]
@@ -286,6 +286,6 @@ def test_rank_symphony(tmp_path, agent_factory, resource_group, vcluster_hpc,  #
 
     bob_view = explain(bob, plain)["preemptions"]
     assert bob_view[0]["id"] == decision.pk and bob_view[0]["trigger"] == "fair_share"
-    assert bob_view[0]["preemptor"] == "a class-0 allocation of another tenant"
+    assert bob_view[0]["preemptor_description"] == "a class-0 allocation of another tenant"
     alice_view = alice.get(f"/api/v1/preemptions/{decision.pk}/").json()
     assert alice_view["code"] == "PREEMPT" and alice_view["victims"][0]["tenant"] == "another tenant"

@@ -62,10 +62,14 @@ GROUPS: list[dict[str, Any]] = [
         "description": "Fair-share batch cluster; YTsaurus-style starvation and preemption.",
         # A tenant below 80 % of its fair share with work waiting starves after 30 s and may then
         # preempt the newest work of tenants above their share; never work within a tenant's share.
+        # Its work is whole 8-GPU nodes, an eighth of the group each: a preemption can drop the
+        # victim's tenant below its own line, which then starves 30 s later and takes a node back,
+        # and so on (a 2-minute job was preempted 10 times in 11 minutes). So work placed keeps
+        # running for 5 minutes, and a job is preempted at most twice.
         "policy": {"kind": "fair_share", "mode": "suspend", "tolerance": 0.8, "starvation_timeout_s": 30,
                    "aggressive_starvation_timeout_s": 120, "enable_aggressive": False,
                    "preemption_threshold": 1.0, "aggressive_threshold": 1.0,
-                   "preemptive_scheduling_backoff_s": 5},
+                   "preemptive_scheduling_backoff_s": 5, "min_runtime_minutes": 5, "max_preemptions_per_job": 2},
         "vclusters": [("west", "hpc_batch", 8, "fw")],
     },
 ]
