@@ -8,6 +8,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from nodes.models import Node
+from scheduling.accounting import gpu_hours
 from scheduling.models import (
     Allocation,
     Placement,
@@ -102,3 +103,20 @@ def test_the_fair_share_demo_group_does_not_take_back_work_just_placed():
     assert TenantShare.objects.get(resource_group=group, tenant__name="chemistry").below_since == t0
     assert not PreemptionDecision.objects.filter(resource_group=group, result="preempt").exists()
     assert Allocation.objects.get(pk=physics.pk).state == State.RUNNING
+
+
+def test_the_demo_bills_its_running_work_from_when_it_started():
+    """The job page's GPU-hours and its elapsed time tell the same story: the seeded events are
+    dated as the work they describe, not as the moment the demo was made."""
+    call_command("seed_demo")
+    now = timezone.now()
+    expected: dict[str, float] = {}
+    for alloc in Allocation.objects.filter(state=State.RUNNING).select_related("tenant"):
+        gpus = alloc.node_count * alloc.per_node_gpu
+        expected[alloc.tenant.name] = expected.get(alloc.tenant.name, 0.0) + \
+            gpus * (now - alloc.started_at).total_seconds() / 3600
+    billed = {Tenant.objects.get(pk=key[0]).name: hours
+              for key, hours in gpu_hours(since=now - timedelta(days=2), until=now).items()}
+    assert expected and set(billed) == set(expected)
+    for name, hours in expected.items():
+        assert billed[name] == pytest.approx(hours, rel=1e-3), name

@@ -207,7 +207,11 @@ class Command(BaseCommand):
             for nname in node_names:
                 Placement.objects.create(allocation=alloc, node=Node.objects.get(name=nname),
                                          gpu=8, cpu=64, memory=512)
-            AllocationEvent.objects.create(allocation=alloc, from_state="", to_state=State.PENDING,
-                                           reason="seeded")
-            AllocationEvent.objects.create(allocation=alloc, from_state=State.PENDING,
-                                           to_state=State.RUNNING, reason="seeded")
+            # Dated as the work they describe (created_at is set on insert): the accounting bills
+            # from the events, so the job page's GPU-hours agree with its elapsed time.
+            submitted = AllocationEvent.objects.create(allocation=alloc, from_state="", to_state=State.PENDING,
+                                                       reason="seeded")
+            start = AllocationEvent.objects.create(allocation=alloc, from_state=State.PENDING,
+                                                   to_state=State.RUNNING, reason="seeded")
+            AllocationEvent.objects.filter(pk=submitted.pk).update(created_at=alloc.submitted_at)
+            AllocationEvent.objects.filter(pk=start.pk).update(created_at=started)
