@@ -5,7 +5,6 @@ ceiling measured on the echo server runs under the same server settings as Latti
 from __future__ import annotations
 
 from lattice_site import gc_tuning
-from lattice_site.tcp_writes import immediate_writes
 from lattice_site.websocket_limits import close_oversized_with_1009
 from lattice_site.websocket_speed import plain_debug_arguments
 
@@ -14,5 +13,4 @@ def for_daphne() -> None:
     """Call once the application is loaded (Daphne builds its WebSocket factory after loading it)."""
     close_oversized_with_1009()
     plain_debug_arguments()
-    immediate_writes()  # an ack leaves without a second wake-up of the loop
     gc_tuning.for_long_running_process()  # last: freezes everything loaded so far
