@@ -1,4 +1,5 @@
-"""A trivial Channels consumer that echoes each frame: the ceiling bench/agents.py compares against."""
+"""A trivial Channels consumer that echoes each frame: the ceiling bench/agents.py compares against,
+served with the same server settings as Lattice (lattice_site/server_tuning.py)."""
 
 import os
 
@@ -10,6 +11,7 @@ from django.urls import path
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lattice_site.settings.dev")
 django.setup()
 
+from lattice_site import server_tuning  # noqa: E402
 from lattice_site.consumers import DirectDispatch  # noqa: E402
 
 
@@ -19,3 +21,4 @@ class Echo(DirectDispatch, AsyncWebsocketConsumer):  # dispatched as Lattice's c
 
 
 application = ProtocolTypeRouter({"websocket": URLRouter([path("ws/agent/", Echo.as_asgi())])})
+server_tuning.for_daphne()

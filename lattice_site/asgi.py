@@ -11,11 +11,9 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from lattice_site import gc_tuning  # noqa: E402
+from lattice_site import server_tuning  # noqa: E402
 from lattice_site.http import BufferedWsgiHttp  # noqa: E402
 from lattice_site.routing import agent_urlpatterns, browser_urlpatterns  # noqa: E402
-from lattice_site.websocket_limits import close_oversized_with_1009  # noqa: E402
-from lattice_site.websocket_speed import plain_debug_arguments  # noqa: E402
 
 http_app: object = BufferedWsgiHttp()  # one thread hop per request (see lattice_site/http.py)
 if settings.DEBUG:
@@ -27,9 +25,7 @@ if os.environ.get("LATTICE_EMBEDDED_LOOP") == "1" and not settings.REDIS_URL:
 
     embedded.start()
 
-close_oversized_with_1009()  # before Daphne builds its WebSocket factory
-plain_debug_arguments()
-gc_tuning.for_long_running_process()  # after everything is loaded
+server_tuning.for_daphne()  # before Daphne builds its WebSocket factory, after everything is loaded
 
 application = ProtocolTypeRouter(
     {
