@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cluster import EPS, BArr, FArr, IArr
+from .cluster import BArr, FArr, IArr
 from .placement import RequestView
 from .select import (
     COST_EPS,
@@ -17,22 +17,24 @@ from .select import (
     _search,
     feasible_with_all,
     pool_entries,
-    potential_nodes,
 )
 from .select_bounds import lower_bounds, node_entries, pool_mask
 from .select_multi import multi_node_best
+from .select_pool import pool_potential, single_victim_slots
 
 
 def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bound: int | None,
                       value: float | None, cost_key: tuple[float, ...]) -> Selection:
     ents = pool_entries(view, pool)
-    potential, _ = potential_nodes(view, ents)
+    in_pool = pool_mask(view.cluster, ents)
+    potential = pool_potential(view, pool, ents, in_pool)
     if not len(ents) or not feasible_with_all(view, potential):
         return Selection(None, "NO_FEASIBLE_SET")
     rank = view.cluster.id_rank()
     eligible = int(pool.sum())  # the contract's "at most 20 eligible" is about this count
     if view.k == 1:
-        best = _best_single_node(view, ents, potential, cost, start, rank, bound, cost_key, eligible)
+        best = _best_single_node(view, (ents, in_pool, pool), potential, cost, start, rank, bound, cost_key,
+                                 eligible)
     else:
         best = multi_node_best(view, ents, potential, cost, start, rank, bound, eligible)
     if best.victims is None:
@@ -42,17 +44,19 @@ def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bo
     return Selection(sorted(best.victims))
 
 
-def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr, start: FArr, rank: IArr,
-                      bound: int | None, cost_key: tuple[float, ...], eligible: int) -> _Best:
+def _best_single_node(view: RequestView, pool_of: tuple[IArr, BArr, BArr], potential: BArr, cost: FArr,
+                      start: FArr, rank: IArr, bound: int | None, cost_key: tuple[float, ...],
+                      eligible: int) -> _Best:
+    """``pool_of``: the pool's entries, them as a mask over every entry, the pool (over slots)."""
     cluster = view.cluster
+    ents, in_pool, pool = pool_of
     best = _Best()
     if bound is not None and bound < 1:
         return best
-    slots = cluster.e_alloc[ents]
-    single = _single_victim_entries(view, ents, potential)
-    if single.any():
+    single = single_victim_slots(view, pool, potential)
+    if len(single):
         has = np.zeros(cluster.slots, dtype=bool)
-        has[slots[single]] = True  # the slots of those entries, in order, without sorting them
+        has[single] = True  # the slots of those entries, in order, without sorting them
         s = np.flatnonzero(has)
         c = cost[s]
         tied = s[c <= c.min() + COST_EPS]
@@ -64,7 +68,6 @@ def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr
     # fewest that could free enough, taking the largest first, and at least two: where one large
     # victim would do, two small ones may cost less). Exact when few are eligible; above
     # EXACT_LIMIT the contract allows a heuristic: search only the most promising nodes.
-    in_pool = pool_mask(cluster, ents)
     lower, fewest = lower_bounds(view, ents, in_pool, potential, cost, cost_key)
     reach = np.isfinite(lower)
     if best.victims is not None:  # the walk below stops at the first node bounded above the best
@@ -90,19 +93,3 @@ def _best_single_node(view: RequestView, ents: IArr, potential: BArr, cost: FArr
         _search(_by_cost(local, cost, start, rank), cost, bound, best, start, rank,
                 _node_fit(view, node, local))
     return best
-
-
-def _single_victim_entries(view: RequestView, ents: IArr, potential: BArr) -> BArr:
-    """Entries whose allocation alone would make its node fit."""
-    cluster = view.cluster
-    nodes = cluster.e_node[ents]
-    single: BArr = potential[nodes]
-    on = np.flatnonzero(single)  # only entries on potential nodes are looked at further
-    on_nodes, on_ents = nodes[on], ents[on]
-    ok = np.ones(len(on), dtype=bool)
-    for r in view.need_idx.tolist():  # one column at a time: no copy of every resource of every entry
-        ok &= view.free[on_nodes, r] + cluster.e_res[on_ents, r] + EPS >= view.need[r]
-    if view.exclusive:
-        ok &= cluster.count[on_nodes] == 1
-    single[on[~ok]] = False
-    return single

@@ -6,13 +6,8 @@ import numpy as np
 
 from .cluster import EPS, BArr, Cluster, FArr, IArr
 from .placement import RequestView, give_back
-from .select import (
-    Selection,
-    feasible_with_all,
-    open_entries,
-    pool_entries,
-    potential_nodes,
-)
+from .select import Selection, feasible_with_all, open_entries
+from .select_priority_pool import PoolVictims, pool_victims
 
 
 def _importance_order(view: RequestView, start: FArr, newest: bool, now: float) -> IArr:
@@ -78,17 +73,26 @@ def _node_keys(view: RequestView, victim_ents: IArr, start: FArr, newest: bool,
     return {"top": top, "count": count, "sum": total, "start": -earliest if newest else earliest}
 
 
-def _node_top_count(cluster: Cluster, victim_ents: IArr) -> tuple[FArr, FArr]:
-    """Per node, the highest priority of its victims (-1: none) and how many: the first of each
-    node's run (most important first) and the run's length."""
+def _tied_keys(view: RequestView, got: PoolVictims, start: FArr, newest: bool, allowed: BArr) -> dict[str, FArr]:
+    """The node rule's keys as ``_node_keys`` gives them, the sum and the start computed only on
+    the ``allowed`` nodes (found by their runs in the kept victims, not by reading them all)."""
+    cluster = view.cluster
     n = len(cluster.node_names)
-    top, count = np.full(n, -1.0), np.zeros(n)
-    if len(victim_ents):
-        nodes = cluster.e_node[victim_ents]
-        first = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
-        top[nodes[first]] = cluster.a_prio[cluster.e_alloc[victim_ents[first]]]
-        count[nodes[first]] = np.diff(np.r_[first, len(nodes)])
-    return top, count
+    total, earliest = np.zeros(n), np.zeros(n)
+    tied = np.flatnonzero(allowed)
+    lo = np.searchsorted(got.victim_nodes, tied)
+    hi = np.searchsorted(got.victim_nodes, tied, side="right")
+    has = hi > lo
+    at, lo, runs = tied[has], lo[has], (hi - lo)[has]
+    if len(at):
+        sub_first = np.r_[0, np.cumsum(runs)[:-1]]
+        idx = np.repeat(lo - sub_first, runs) + np.arange(int(runs.sum()))
+        slots = cluster.e_alloc[got.victim_ents[idx]]
+        prio = cluster.a_prio[slots].astype(float)
+        total[at] = np.add.reduceat(prio, sub_first)
+        earliest[at] = np.minimum.reduceat(np.where(prio == got.top[got.victim_nodes[idx]], start[slots], np.inf),
+                                           sub_first)
+    return {"top": got.top, "count": got.count, "sum": total, "start": -earliest if newest else earliest}
 
 
 def _best_node(keys: dict[str, FArr], allowed: BArr) -> int | None:
@@ -104,29 +108,27 @@ def _best_node(keys: dict[str, FArr], allowed: BArr) -> int | None:
 def select_priority(view: RequestView, pool: BArr, start: FArr, bound: int | None, now: float,
                     newest: bool) -> Selection:
     cluster = view.cluster
-    ents = pool_entries(view, pool)
-    potential, freed = potential_nodes(view, ents)
-    if not len(ents) or not feasible_with_all(view, potential):
-        return Selection(None, "NO_FEASIBLE_SET")
     order = _open_importance_order(view, start, newest, now)
-    wanted = np.zeros(len(cluster.e_alloc), dtype=bool)
-    wanted[ents[potential[cluster.e_node[ents]]]] = True
-    ordered = order[wanted[order]]
-    victim_ents = _per_node_victims(view, ordered, freed)
-    per_node = _NodeVictims(cluster, victim_ents)
+    got = pool_victims(view, pool, order, newest, now, _per_node_victims)
+    potential = got.potential
+    if not got.size or not feasible_with_all(view, potential):
+        return Selection(None, "NO_FEASIBLE_SET")
     if view.k == 1:
         # The node rule's first key is the highest priority: the other keys are needed only on
         # the nodes tied at its least.
-        top, count = _node_top_count(cluster, victim_ents)
         allowed = potential.copy()
         if bound is not None:
-            allowed &= count <= bound
+            allowed &= got.count <= bound
         if not allowed.any():
             return Selection(None, "EXCEEDS_MAX_VICTIMS")
-        allowed &= top == top[allowed].min()
-        node = _best_node(_node_keys(view, victim_ents, start, newest, allowed), allowed)
+        allowed &= got.top == got.top[allowed].min()
+        node = _best_node(_tied_keys(view, got, start, newest, allowed), allowed)
         assert node is not None
-        return Selection(sorted(per_node.get(node)))
+        return Selection(sorted(got.slots_on(cluster, node)))
+    ordered = order[pool[cluster.e_alloc[order]]]
+    ordered = ordered[potential[cluster.e_node[ordered]]]
+    victim_ents = got.victim_ents
+    per_node = _NodeVictims(cluster, victim_ents)
     keys = _node_keys(view, victim_ents, start, newest)
     best: tuple[tuple[float, ...], list[str], list[int]] | None = None
     over_bound = False

@@ -59,7 +59,22 @@ def _fresh(d: dict, states: dict[str, str]) -> Cluster:
 @given(seed=st.integers(0, 10**6), shapes=st.lists(st.sampled_from([
     {"gpu": 8}, {"gpu": 4}, {"gpu": 6, "cpu": 8}, {"gpu": 8, "exclusive": True}, {"gpu": 2}]), min_size=1, max_size=3))
 def test_kept_snapshot_decides_as_a_fresh_one(seed, shapes):
+    _decides_as_a_fresh_one(_document(seed, 120), shapes)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10**6), order=st.sampled_from(["oldest", "newest"]), shapes=st.lists(st.sampled_from([
+    {"gpu": 8}, {"gpu": 4}, {"gpu": 6, "cpu": 8}, {"gpu": 8, "exclusive": True}, {"gpu": 2}]), min_size=1, max_size=3))
+def test_kept_priority_pools_decide_as_a_fresh_snapshot(seed, order, shapes):
+    """priority keeps what each pool gives (potential nodes, per-node victims) and patches it on
+    the nodes whose pool changed: the decisions are those of a fresh snapshot."""
     d = _document(seed, 120)
+    d["policy"] = {"kind": "priority", "max_victims": 4, "preemption_order": order}
+    d["pending"]["priority"] = 100  # above every running allocation's: they are all candidates
+    _decides_as_a_fresh_one(d, shapes)
+
+
+def _decides_as_a_fresh_one(d: dict, shapes: list[dict]) -> None:
     scenario = parse_scenario(copy.deepcopy(d))
     kept = Cluster(scenario.nodes, scenario.running, scenario.tenants, scenario.vclusters,
                    scenario.session_types, use_vclusters=scenario.has_vclusters)
