@@ -17,13 +17,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from scheduling.actions.overrides import group_policy_edit
 from scheduling.dispatch import background_task_on_commit
 from scheduling.engine import InvalidDocument, parse_policy
 from scheduling.engine import model as em
+from scheduling.errors import Conflict
 from scheduling.models import EvaluationStatus, PolicyChange, PolicyEvaluation, ResourceGroup
 from scheduling.replay import history
 from scheduling.replay.report import report
@@ -44,6 +45,9 @@ PROGRESS_EVERY_S = 0.5  # progress is written, and a cancel looked for, at most 
 # took within QUEUED_LOST_S is failed too (its message was lost with the broker).
 SILENT_LOST_S = 600
 QUEUED_LOST_S = 3600
+# A delivery finding its run silent this long takes it over (well before the sweep fails it).
+PROGRESS_SILENT_S = 120
+UNFINISHED = (EvaluationStatus.QUEUED, EvaluationStatus.RUNNING)
 
 
 class Cancelled(Exception):
@@ -51,9 +55,17 @@ class Cancelled(Exception):
 
 
 def evaluation_start(*, group: ResourceGroup, candidate: dict[str, Any], days: int, actor: Any) -> PolicyEvaluation:
-    """Record the evaluation (the window ends now) and send its task once that is committed."""
+    """Record the evaluation (the window ends now) and send its task once that is committed.
+    One evaluation runs at a time in the whole installation (``Conflict`` while another is queued
+    or running): a replay is CPU-bound and shares the worker (or, embedded, the web process) with
+    the scheduler passes and the agents' frames."""
     now = timezone.now()
     with transaction.atomic():
+        ResourceGroup.objects.select_for_update().filter(pk=group.pk).first()  # one start at a time per group
+        busy = PolicyEvaluation.objects.filter(status__in=UNFINISHED).select_related("resource_group").first()
+        if busy is not None:
+            raise Conflict(f"evaluation #{busy.pk} of {busy.resource_group.name} is {busy.status}: one evaluation "
+                           "runs at a time; wait for it or cancel it")
         evaluation = PolicyEvaluation.objects.create(
             resource_group=group, requested_by=actor if actor is not None and actor.is_authenticated else None,
             days=days, since=now - timedelta(days=days), until=now, current_policy=group.policy,
@@ -71,10 +83,16 @@ def evaluation_cancel(*, evaluation: PolicyEvaluation) -> None:
 
 
 def evaluation_run(evaluation_id: int) -> None:
-    """The task's body. A message delivered again (a worker lost mid-run) starts it over."""
-    claimed = PolicyEvaluation.objects.filter(
-        pk=evaluation_id, status__in=[EvaluationStatus.QUEUED, EvaluationStatus.RUNNING], cancel_requested=False,
-    ).update(status=EvaluationStatus.RUNNING, started_at=timezone.now(), progress_at=timezone.now(), jobs_done=0)
+    """The task's body. A message delivered again takes the run over only when the run has gone
+    silent (its worker was lost): a live run keeps it, so two never run at once."""
+    now = timezone.now()
+    claimable = Q(status=EvaluationStatus.QUEUED) | Q(
+        status=EvaluationStatus.RUNNING, progress_at__lt=now - timedelta(seconds=PROGRESS_SILENT_S))
+    claimed = PolicyEvaluation.objects.filter(claimable, pk=evaluation_id, cancel_requested=False).update(
+        status=EvaluationStatus.RUNNING, started_at=now, progress_at=now, jobs_done=0)
+    if not claimed and PolicyEvaluation.objects.filter(pk=evaluation_id, status=EvaluationStatus.RUNNING,
+                                                       cancel_requested=False).exists():
+        return  # another delivery is running it
     if not claimed:
         _finish(evaluation_id, EvaluationStatus.CANCELLED)  # cancelled before it could start (if not already)
         return
@@ -140,6 +158,7 @@ def _replay(evaluation: PolicyEvaluation) -> dict[str, Any]:
     spec, _ = history.spec_from_group(group)
     policies = [(BASELINE, _policy(evaluation.current_policy, BASELINE)),
                 (CANDIDATE, _policy(evaluation.candidate_policy, CANDIDATE))]
+    PolicyEvaluation.objects.filter(pk=evaluation.pk).update(progress_at=timezone.now())  # the history read
     jobs, stats = history.history_jobs(group, evaluation.since, evaluation.until, None, spec, None)
     meter = Meter(evaluation.pk, len(jobs), len(policies))
     meter.record(0)  # the total is known: shown at once, and a cancel already asked for is seen
@@ -182,13 +201,15 @@ class Meter:
 def policy_save_evaluated(*, group: ResourceGroup, policy: dict[str, Any], actor: Any, reason: str,
                           evaluation_id: int | None) -> ResourceGroup:
     """Save the group's policy (audited) and keep with its audit entry the evaluation of this very
-    policy on this group, when the editor came from one (an edited policy that differs is not the
-    one evaluated: nothing is kept)."""
+    policy on this group, when the editor came from one that finished (an edited policy that
+    differs is not the one evaluated, and a failed or cancelled run evaluated nothing: nothing is
+    kept)."""
     with transaction.atomic():
         saved = group_policy_edit(group=group, policy=policy, actor=actor, reason=reason)
         evaluation = PolicyEvaluation.objects.filter(pk=evaluation_id, resource_group=group).first() \
             if evaluation_id else None
-        if evaluation is not None and evaluation.candidate_policy == policy:
+        if evaluation is not None and evaluation.status == EvaluationStatus.DONE \
+                and evaluation.candidate_policy == policy:
             # The group's row is locked by the edit until commit: its newest entry is this save's.
             change = PolicyChange.objects.filter(target_type=ResourceGroup._meta.label_lower,
                                                  target_id=str(group.pk)).order_by("-id").first()

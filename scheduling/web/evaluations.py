@@ -13,6 +13,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
+from scheduling.errors import Conflict
 from scheduling.evaluations import effective, evaluation_cancel, evaluation_start
 from scheduling.forms import PolicyForm
 from scheduling.models import EvaluationStatus, PolicyEvaluation, ResourceGroup
@@ -61,14 +62,20 @@ def evaluate(request: HttpRequest, name: str) -> HttpResponse:
     (400) and starts nothing."""
     group = get_object_or_404(ResourceGroup, name=name)
     form = EvaluationForm(request.POST, policy=group.policy)
+    status = 400
     if form.is_valid() and "policy" in form.cleaned_data:
-        evaluation = evaluation_start(group=group, candidate=form.cleaned_data["policy"],
-                                      days=form.cleaned_data["days"], actor=request.user)
-        return redirect("ops-evaluation", name=group.name, pk=evaluation.pk)
+        try:
+            evaluation = evaluation_start(group=group, candidate=form.cleaned_data["policy"],
+                                          days=form.cleaned_data["days"], actor=request.user)
+        except Conflict as exc:  # another evaluation is queued or running
+            form.add_error(None, str(exc))
+            status = 409
+        else:
+            return redirect("ops-evaluation", name=group.name, pk=evaluation.pk)
     context = editor_context(group, days=request.POST.get("days", ""), days_errors=form.errors.get("days"),
                              evaluation=evaluation_of(request, group))
     return render(request, "ops/policy.html", {"group": group, "form": form, "preview": None, **context},
-                  status=400)
+                  status=status)
 
 
 def _evaluation(name: str, pk: int) -> PolicyEvaluation:

@@ -45,6 +45,8 @@ def test_operator_starts_an_evaluation_that_compares_the_edited_policy_with_the_
     evaluation.refresh_from_db()
     assert evaluation.status == "done" and evaluation.jobs_done == evaluation.jobs_total == 80
     assert [p["name"] for p in evaluation.report["policies"]] == ["current", "edited"]
+    # Each replayed under its own policy: the baseline with the default mode, the edited one with its own.
+    assert [p["policy"]["mode"] for p in evaluation.report["policies"]] == ["suspend", "terminate"]
     assert evaluation.report["trace"]["jobs"] == 40
     page = client.get(response["Location"]).content.decode()
     assert "hx-trigger" not in page  # finished: no more polling
@@ -169,3 +171,43 @@ def test_the_sweep_fails_an_evaluation_whose_task_went_silent_or_never_started(o
     _finish(silent.pk, "done", report_json="{}")
     late = PolicyEvaluation.objects.get(pk=silent.pk)
     assert late.status == "failed" and late.report is None
+
+
+def test_one_evaluation_runs_at_a_time_and_a_second_is_refused_naming_the_first(
+        client, operator, resource_group, node_gpu_a, tenant_physics):
+    record_history(resource_group, [tenant_physics], 10)
+    client.force_login(operator)
+    first = PolicyEvaluation.objects.get(pk=_evaluate(client, resource_group)["Location"].split("/")[-2])
+    refused = _evaluate(client, resource_group, policy_mode="terminate")
+    assert refused.status_code == 409
+    assert f"evaluation #{first.pk} of {resource_group.name} is queued" in refused.content.decode()
+    assert PolicyEvaluation.objects.count() == 1
+    evaluation_run(first.pk)
+    assert _evaluate(client, resource_group, policy_mode="terminate").status_code == 302  # once it is done
+
+
+def test_a_second_delivery_leaves_a_live_run_alone_and_takes_over_a_silent_one(operator, resource_group,
+                                                                                node_gpu_a, tenant_physics):
+    record_history(resource_group, [tenant_physics], 10)
+    now = timezone.now()
+    evaluation = PolicyEvaluation.objects.create(
+        resource_group=resource_group, requested_by=operator, days=1, since=now - timedelta(days=1), until=now,
+        current_policy={"kind": "class_cost"}, candidate_policy={"kind": "class_cost"}, status="running",
+        progress_at=now, jobs_done=7, jobs_total=20)
+    evaluation_run(evaluation.pk)  # the message again, while the first run goes on
+    live = PolicyEvaluation.objects.get(pk=evaluation.pk)
+    assert (live.status, live.jobs_done, live.report) == ("running", 7, None)
+    PolicyEvaluation.objects.filter(pk=evaluation.pk).update(progress_at=now - timedelta(minutes=3))
+    evaluation_run(evaluation.pk)  # its worker was lost: this delivery runs it
+    assert PolicyEvaluation.objects.get(pk=evaluation.pk).status == "done"
+
+
+def test_a_failed_evaluation_is_not_kept_with_the_save(client, operator, resource_group):
+    client.force_login(operator)
+    location = _evaluate(client, resource_group, policy_max_victims="1")["Location"]
+    failed = PolicyEvaluation.objects.get(pk=location.split("/")[-2])
+    PolicyEvaluation.objects.filter(pk=failed.pk).update(status="failed", error="lost")
+    client.post(f"/ops/groups/{resource_group.name}/policy/", {
+        **POLICY_FIELDS, "policy_max_victims": "1", "action": "save", "reason": "r", "evaluation": failed.pk})
+    assert ResourceGroup.objects.get(pk=resource_group.pk).policy["max_victims"] == 1  # saved
+    assert PolicyEvaluation.objects.get(pk=failed.pk).policy_change is None  # not kept with it
