@@ -22,7 +22,8 @@ def estimate_line(est: dict[str, Any]) -> str:
     """``explain``'s start estimate, in words, with what it assumes."""
     made = f"an estimate made {est['computed_at']}, assuming {est['assumptions']}"
     if est["estimated_start"] is None:
-        return ("estimated start: none, it is not in the queue yet" if not est["in_queue"]
+        return (f"estimated start: none, {est.get('not_estimated') or 'it is not in the queue yet'}"
+                if not est["in_queue"]
                 else f"estimated start: not within 30 days ({made})")
     seconds = est["in_s"]
     when = ("at the next pass" if seconds < 60 else f"in {seconds // 60} min" if seconds < 7200

@@ -65,10 +65,19 @@ def start_estimate(alloc: Allocation) -> dict[str, Any] | None:
     computed = doc["computed_at"]
     minutes = doc["default_walltime_minutes"]
     default = f"{minutes:g} minutes" if minutes < 120 else f"{minutes / 60:g} hours"
+    in_queue = str(alloc.pk) in doc["starts"]
+    if in_queue:
+        missing = None
+    elif alloc.submitted_at.timestamp() > computed:
+        missing = "it was submitted after this estimate was made: the next one, within a minute, includes it"
+    else:
+        missing = "it is not in the queue yet"  # held, waiting on a dependency, past its array's throttle
     return {
         "estimated_start": _iso(at) if at is not None else None,
-        "in_s": round(max(0.0, at - computed)) if at is not None else None,
-        "in_queue": str(alloc.pk) in doc["starts"],
+        # From now, not from when the estimate was made (it may be up to a minute old).
+        "in_s": round(max(0.0, at - timezone.now().timestamp())) if at is not None else None,
+        "in_queue": in_queue,
+        "not_estimated": missing,
         "computed_at": _iso(computed),
         "recomputed_every_s": CACHE_SECONDS,
         "assumptions": ASSUMPTIONS.format(default=default),

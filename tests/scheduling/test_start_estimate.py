@@ -102,3 +102,20 @@ def test_a_groups_replay_is_kept_for_a_minute_and_work_the_pass_skips_has_none(a
     held = _explain(api_for, "alice", pending["P1"]).json()["start_estimate"]
     assert held["estimated_start"] is None and not held["in_queue"]
     assert estimate_line(held) == "estimated start: none, it is not in the queue yet"
+
+
+def test_the_estimate_counts_from_now_and_names_work_submitted_after_it(api_for, case):
+    _, pending, _ = case
+    group = pending["P3"].resource_group
+    now = timezone.now().timestamp()
+    # An estimate made 30 s ago, P3 expected 10 minutes from now: the reader is told 10 minutes.
+    cache.set(f"start-estimate:{group.pk}", {"computed_at": now - 30, "default_walltime_minutes": 240,
+                                             "starts": {str(pending["P3"].pk): now + 600}}, 60)
+    est = _explain(api_for, "alice", pending["P3"]).json()["start_estimate"]
+    assert abs(est["in_s"] - 600) <= 2 and est["in_queue"] and est["not_estimated"] is None
+    # P1 is pending and queued but was submitted after that estimate: said so, not "not in the queue".
+    Allocation.objects.filter(pk=pending["P1"].pk).update(submitted_at=timezone.now())
+    late = _explain(api_for, "alice", pending["P1"]).json()["start_estimate"]
+    assert late["estimated_start"] is None and not late["in_queue"]
+    assert "submitted after this estimate was made" in late["not_estimated"]
+    assert "submitted after this estimate was made" in estimate_line(late)
