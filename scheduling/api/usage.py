@@ -140,6 +140,12 @@ class SeriesQuery(serializers.Serializer):
     range = serializers.ChoiceField(choices=list(usage_series.RANGES), default="24h")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        user = self.context.get("user")
+        if user is not None and not is_operator(user) and not (
+                attrs["scope"] == "tenant"
+                and Tenant.objects.filter(pk__in=tenant_ids(user), name=attrs["name"]).exists()):
+            # Before any lookup: a tenant learns nothing of what exists beyond its own series.
+            raise PermissionDenied("operators only, or a tenant's own series")
         group = None
         if attrs.get("resource_group"):
             group = ResourceGroup.objects.filter(name=attrs["resource_group"]).first()
@@ -163,7 +169,7 @@ class UsageSeriesView(FormatChecked):
                    summary="A usage series for charts: GPUs used, held, borrowed, free, pending, preemptions")
     def get(self, request: Request) -> Response:
         """Operators read every scope; a tenant's members read their tenant's series."""
-        query = SeriesQuery(data=request.query_params)
+        query = SeriesQuery(data=request.query_params, context={"user": request.user})
         query.is_valid(raise_exception=True)
         params = query.validated_data
         target = params["target"]

@@ -88,6 +88,10 @@ def test_series_endpoint_serves_the_stored_values_to_whom_may_read_them(resource
     assert mine["step"] == 900 and sum(mine["gpu_used"]) == pytest.approx(5 / 15, abs=1e-4) and sum(mine["pending"]) == 0.2
     assert alice.get("/api/v1/usage/series/", {"scope": "tenant", "name": "chemistry"}).status_code == 403
     assert alice.get("/api/v1/usage/series/", {"scope": "group", "name": "rg-main"}).status_code == 403
+    # Names that exist and names that do not are refused alike: a tenant cannot probe for them.
+    for scope, name in (("tenant", "no-such-tenant"), ("group", "no-such-group"), ("vcluster", "nothing")):
+        refused = alice.get("/api/v1/usage/series/", {"scope": scope, "name": name, "resource_group": "rg-main"})
+        assert refused.status_code == 403, (scope, name)
     bad = api_for("op").get("/api/v1/usage/series/", {"scope": "vcluster", "name": "hpc"})
     assert bad.status_code == 400 and "resource_group" in bad.json()
 
