@@ -28,7 +28,7 @@ CLOSE_REPLACED = 4409
 CLOSE_RATE = 4429
 RATE_LIMIT = 50  # frames per second, sustained for RATE_WINDOW_S seconds
 RATE_WINDOW_S = 5
-HEALTH_REFRESH_S = 60  # GPU health judged at least this often while it is reported
+HEALTH_REFRESH_S = 60  # unchanged GPU health stored this often (judged again only when it or the limit changes)
 
 
 def in_pool(fn: Any) -> Any:
@@ -126,8 +126,8 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             if limit is not None:  # an operator moved the limit: judged again under it
                 self.node.gpu_max_temperature_c = limit
                 key = health.health_key(gpus, limit)
-        self.health_key, self.health_at = key, now
         await in_pool(health.node_gpu_health)(node=self.node, gpus=gpus)
+        self.health_key, self.health_at = key, now  # judged: only now does the same report count as judged
 
     def _too_fast(self) -> bool:
         now = time.monotonic()
