@@ -13,6 +13,7 @@ is counted in the replay, never named.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +28,8 @@ from scheduling.passes.snapshot import engine_allocation, load_snapshot
 from scheduling.replay.estimate import ASSUMPTIONS, estimate_starts
 
 CACHE_SECONDS = 60
+LOCK_SECONDS = 30  # a computing reader that died frees the lock after this
+WAIT_S = 5.0  # how long another reader waits for the document being computed
 
 
 def _key(group: ResourceGroup) -> str:
@@ -35,18 +38,33 @@ def _key(group: ResourceGroup) -> str:
 
 def group_estimates(group: ResourceGroup) -> dict[str, Any]:
     """``computed_at`` (epoch seconds), ``default_walltime_minutes`` and ``starts`` (request id as
-    text -> epoch seconds, or None past the horizon): from the cache when at most a minute old."""
-    doc = cache.get(_key(group))
-    if doc is None:
-        doc = _compute(group, timezone.now())
-        cache.set(_key(group), doc, CACHE_SECONDS)
-    return doc
+    text -> epoch seconds, or None past the horizon): from the cache when at most a minute old.
+    One reader computes a missing document (a lock in the cache); the others wait for it up to
+    ``WAIT_S`` rather than each replaying the whole queue at once."""
+    key = _key(group)
+    doc = cache.get(key)
+    if doc is not None:
+        return doc
+    if cache.add(f"{key}:computing", 1, LOCK_SECONDS):
+        try:
+            doc = _compute(group, timezone.now())
+            cache.set(key, doc, CACHE_SECONDS)
+        finally:
+            cache.delete(f"{key}:computing")
+        return doc
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        doc = cache.get(key)
+        if doc is not None:
+            return doc
+    return _compute(group, timezone.now())  # the computing reader is slow or gone: not stored
 
 
 def _compute(group: ResourceGroup, now: datetime) -> dict[str, Any]:
     snap = load_snapshot(group)
     holds = holds_of(group)
-    rows = pass_order(group, snap.policy.kind, now=now)
+    rows = pass_order(group, snap.policy.kind, now=now, snap=snap)  # one snapshot for the order and the replay
     pending = [engine_allocation(r, held=tuple(holds.get(r["id"], ()))) for r in rows]
     minutes = settings.LATTICE_ESTIMATE_DEFAULT_WALLTIME_MINUTES
     starts = estimate_starts(snap.cluster, snap.policy, pending, now.timestamp(), default_walltime_s=minutes * 60.0)

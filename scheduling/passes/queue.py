@@ -26,7 +26,7 @@ from scheduling.passes.fairshare import Standing, standing_by_tenant
 from scheduling.passes.holds import holds_of
 from scheduling.passes.ordering import queue_key
 from scheduling.passes.score import SCORED_WINDOW, QueueScorer
-from scheduling.passes.snapshot import ALLOCATION_FIELDS, load_snapshot
+from scheduling.passes.snapshot import ALLOCATION_FIELDS, Snapshot, load_snapshot
 from scheduling.states import HOLDING, State
 
 # The database's order, so the limit cuts the queue where ordering.queue_key would: the rows
@@ -126,7 +126,7 @@ def within_throttle(qs: QuerySet[Allocation], held: set[int]) -> QuerySet[Alloca
 
 
 def pass_order(group: ResourceGroup, kind: str, fields: tuple[str, ...] = (),
-               now: datetime | None = None) -> list[dict]:
+               now: datetime | None = None, snap: Snapshot | None = None) -> list[dict]:
     """Every request the pass considers, in the order the next pass takes them: ``pending_queue``
     itself, with the pass's scorer in a class_cost group over as many rows as a pass scores
     (``SCORED_WINDOW``; any past those follow in class order, as they would reach a pass). Each
@@ -134,12 +134,16 @@ def pass_order(group: ResourceGroup, kind: str, fields: tuple[str, ...] = (),
     a class_cost group, else ``row_key``), ``q_score`` (the Lattice score, or None) with
     ``q_score_detail`` (its terms and weights, ``Score.to_dict()``), ``q_starving``
     and ``q_deficit`` (fair_share). Held work, work waiting on a dependency and array tasks past
-    their throttle are not among them, as in the pass."""
+    their throttle are not among them, as in the pass. ``snap``: the group's snapshot when the
+    caller has loaded it (it is loaded here otherwise, where the order needs it)."""
     now = now or timezone.now()
     held = set(holds_of(group))
     # The standings the pass would measure now (not the last stored ones), so the order shown is
     # the order the next pass starts work in.
-    snap = load_snapshot(group) if kind in ("fair_share", "class_cost") else None
+    if kind not in ("fair_share", "class_cost"):
+        snap = None
+    elif snap is None:
+        snap = load_snapshot(group)
     tracked = fairshare.track(snap, now, write=False) if snap is not None else {}
     standing = tracked if kind == "fair_share" else {}
     if snap is not None and kind == "class_cost":

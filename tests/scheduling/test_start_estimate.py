@@ -16,6 +16,7 @@ Pending, oldest first: P1 (physics, 8 GPUs, 60 min), P2 (physics, 4 GPUs, 25 min
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timedelta
 
 import pytest
@@ -24,6 +25,7 @@ from django.utils import timezone
 
 from scheduling.cli_format import estimate_line
 from scheduling.models import Allocation, Placement
+from scheduling.start_estimate import group_estimates
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 MIN = 60
@@ -119,3 +121,13 @@ def test_the_estimate_counts_from_now_and_names_work_submitted_after_it(api_for,
     assert late["estimated_start"] is None and not late["in_queue"]
     assert "submitted after this estimate was made" in late["not_estimated"]
     assert "submitted after this estimate was made" in estimate_line(late)
+
+
+def test_a_reader_waits_for_the_estimate_another_is_computing(case):
+    _, pending, _ = case
+    group = pending["P3"].resource_group
+    key = f"start-estimate:{group.pk}"
+    cache.add(f"{key}:computing", 1, 30)  # another reader is replaying the queue
+    theirs = {"computed_at": 1.0, "default_walltime_minutes": 240, "starts": {}}
+    threading.Timer(0.3, lambda: cache.set(key, theirs, 60)).start()
+    assert group_estimates(group) == theirs  # its document, not a second replay of its own
