@@ -217,8 +217,9 @@ def audit(request: HttpRequest) -> HttpResponse:
     choices = {"actions": PolicyChange.objects.values_list("action", flat=True).distinct().order_by("action"),
                "target_types": PolicyChange.objects.values_list("target_type", flat=True).distinct()
                .order_by("target_type")}
-    evaluated = dict(PolicyEvaluation.objects.filter(policy_change__in=[c.pk for c in page])
-                     .values_list("policy_change_id", "pk"))
+    # The evaluation's URL from its group's name now (the entry's target_repr is the name then).
+    evaluated = {change: (pk, group) for change, pk, group in PolicyEvaluation.objects.filter(
+        policy_change__in=[c.pk for c in page]).values_list("policy_change_id", "pk", "resource_group__name")}
     return render(request, "ops/audit.html", {
         "changes": [(c, audit_changes(c.before, c.after), evaluated.get(c.pk)) for c in page], "filters": filters,
         **choices,

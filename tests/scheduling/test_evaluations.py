@@ -149,6 +149,11 @@ def test_saving_the_evaluated_policy_keeps_the_evaluation_with_the_audit_entry(
     audit = client.get("/ops/audit/").content.decode()
     assert f'<a href="{location}">evaluation #{evaluation.pk}</a>' in audit
     assert f"audit entry #{change.pk}" in client.get(location).content.decode()
+    # The group renamed later: the audit log still leads to the evaluation, under the new name.
+    ResourceGroup.objects.filter(pk=resource_group.pk).update(name="renamed")
+    renamed = f"/ops/groups/renamed/evaluations/{evaluation.pk}/"
+    assert f'<a href="{renamed}">evaluation #{evaluation.pk}</a>' in client.get("/ops/audit/").content.decode()
+    assert client.get(renamed).status_code == 200
 
 
 def test_the_sweep_fails_an_evaluation_whose_task_went_silent_or_never_started(operator, resource_group):
