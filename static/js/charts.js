@@ -65,11 +65,14 @@
 
   function load(el, range) {
     el.dataset.range = range;
+    // Only the newest request draws: an older answer arriving late would put older data back.
+    var seq = (parseInt(el.dataset.seq || "0", 10) + 1).toString();
+    el.dataset.seq = seq;
     var url = el.dataset.src + (el.dataset.src.indexOf("?") < 0 ? "?" : "&") + "range=" + range;
     return fetch(url, {credentials: "same-origin", headers: {Accept: "application/json"}})
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (body) {
-        if (body && el.dataset.range === range) { draw(el, body); el.dataset.loaded = range; }
+        if (body && el.dataset.range === range && el.dataset.seq === seq) { draw(el, body); el.dataset.loaded = range; }
       })
       .catch(function () {});
   }
