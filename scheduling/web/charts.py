@@ -17,6 +17,7 @@ from scheduling.models import Quota, ResourceGroup, Tenant, TenantShare
 from scheduling.models.usage import UsageSample, UsageScope
 from scheduling.passes.budget import budget_period, gpu_hours
 from scheduling.usage import UP_STATES
+from scheduling.usage_series import RANGES as SERIES_RANGES
 
 RANGES = [("1h", "1 h"), ("24h", "24 h"), ("7d", "7 d"), ("30d", "30 d")]
 
@@ -44,8 +45,11 @@ def members_charts(group: ResourceGroup) -> list[dict[str, Any]]:
     out = [chart("vcluster", f"vCluster {v.name}: GPUs", f"{group.name}-{v.name}", scope="vcluster", name=v.name,
                  resource_group=group.name) for v in group.vclusters.order_by("name")]
     tracked = dict(TenantShare.objects.filter(resource_group=group).values_list("tenant_id", "fair_share"))
-    ids = set(tracked) | set(UsageSample.objects.filter(resource_group_id=group.pk, scope=UsageScope.TENANT)
-                             .values_list("scope_id", flat=True).distinct())
+    # Tenants with samples within the widest range a chart shows (not every sample kept for a year).
+    widest = max(span for span, _step in SERIES_RANGES.values())
+    recent = UsageSample.objects.filter(resource_group_id=group.pk, scope=UsageScope.TENANT,
+                                        start__gte=timezone.now() - widest)
+    ids = set(tracked) | set(recent.values_list("scope_id", flat=True).distinct())
     quotas = dict(Quota.objects.filter(tenant_id__in=ids).values_list("tenant_id", "fair_share"))
     capacity = _capacity(group)
     for tenant in Tenant.objects.filter(pk__in=ids).order_by("name"):
