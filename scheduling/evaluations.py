@@ -201,15 +201,17 @@ class Meter:
 def policy_save_evaluated(*, group: ResourceGroup, policy: dict[str, Any], actor: Any, reason: str,
                           evaluation_id: int | None) -> ResourceGroup:
     """Save the group's policy (audited) and keep with its audit entry the evaluation of this very
-    policy on this group, when the editor came from one that finished (an edited policy that
-    differs is not the one evaluated, and a failed or cancelled run evaluated nothing: nothing is
-    kept)."""
+    change on this group, when the editor came from one that finished. Nothing is kept when the
+    edited policy differs from the one evaluated, when the group's policy is no longer the baseline
+    the evaluation compared it with (another save came in between: its report answers another
+    question), or when the run failed or was cancelled (it evaluated nothing)."""
     with transaction.atomic():
+        before = ResourceGroup.objects.select_for_update().values_list("policy", flat=True).get(pk=group.pk)
         saved = group_policy_edit(group=group, policy=policy, actor=actor, reason=reason)
         evaluation = PolicyEvaluation.objects.filter(pk=evaluation_id, resource_group=group).first() \
             if evaluation_id else None
         if evaluation is not None and evaluation.status == EvaluationStatus.DONE \
-                and evaluation.candidate_policy == policy:
+                and evaluation.candidate_policy == policy and evaluation.current_policy == before:
             # The group's row is locked by the edit until commit: its newest entry is this save's.
             change = PolicyChange.objects.filter(target_type=ResourceGroup._meta.label_lower,
                                                  target_id=str(group.pk)).order_by("-id").first()

@@ -126,8 +126,17 @@ def _field_kwargs(field: forms.Field) -> dict[str, Any]:
 class PolicyForm(PolicyFieldsMixin):
     """Standalone policy editor (the operator console uses it)."""
 
-    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=True,
-                             help_text="Why this change; kept in the audit log.")
+    # Not required by the form: a preview needs none (a browser would refuse to send the preview
+    # without one); the editor's save asks for it (``reason_missing``).
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
+                             help_text="Why this change (needed to save); kept in the audit log.")
+
+    def reason_missing(self) -> bool:
+        """Called on a valid form before a save: an empty reason becomes the field's error."""
+        if self.cleaned_data.get("reason", "").strip():
+            return False
+        self.add_error("reason", "A reason is needed to save.")
+        return True
 
     def __init__(self, *args: Any, policy: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

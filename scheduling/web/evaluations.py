@@ -29,14 +29,10 @@ RECENT = 10  # evaluations listed on the policy page
 
 class EvaluationForm(PolicyForm):
     """The policy editor's fields (validated by the engine's parser) and how many days of the
-    group's history to replay; no reason, since nothing is saved."""
+    group's history to replay (the reason is ignored: nothing is saved)."""
 
     days = forms.IntegerField(min_value=MIN_DAYS, max_value=MAX_DAYS, initial=DEFAULT_DAYS,
                               label="Evaluate on the last", help_text=f"days ({MIN_DAYS} to {MAX_DAYS})")
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["reason"].required = False
 
 
 def editor_context(group: ResourceGroup, *, days: Any = DEFAULT_DAYS, days_errors: Any = None,
@@ -45,6 +41,8 @@ def editor_context(group: ResourceGroup, *, days: Any = DEFAULT_DAYS, days_error
     editor was opened from (kept with the audit entry if this policy is saved), recent ones."""
     return {"evaluate": {"days": days, "errors": days_errors or [], "min": MIN_DAYS, "max": MAX_DAYS,
                          "from": evaluation,
+                         # Its baseline is no longer the group's policy: a save would not keep it.
+                         "stale": evaluation is not None and evaluation.current_policy != group.policy,
                          "recent": PolicyEvaluation.objects.filter(resource_group=group)
                          .select_related("requested_by")[:RECENT]}}
 

@@ -96,12 +96,13 @@ def policy_editor(request: HttpRequest, name: str) -> HttpResponse:
     if request.method == "POST":
         form = PolicyForm(request.POST, policy=group.policy)
         if form.is_valid():
-            if request.POST.get("action") == "save":
+            if request.POST.get("action") == "save" and not form.reason_missing():
                 policy_save_evaluated(group=group, policy=form.cleaned_data["policy"], actor=request.user,
                                       reason=form.cleaned_data["reason"],
                                       evaluation_id=evaluation.pk if evaluation else None)
                 return redirect("ops-audit")
-            preview = policy_preview(group, form.cleaned_data["policy"])
+            if form.is_valid():  # still valid: not a save refused for its reason
+                preview = policy_preview(group, form.cleaned_data["policy"])
     else:
         form = PolicyForm(policy=evaluation.candidate_policy if evaluation else group.policy)
     return render(request, "ops/policy.html", {"group": group, "form": form, "preview": preview,

@@ -136,10 +136,6 @@ def test_saving_the_evaluated_policy_keeps_the_evaluation_with_the_audit_entry(
     evaluation_run(evaluation.pk)
     assert 'value="1"' in client.get(f"/ops/groups/{resource_group.name}/policy/?evaluation={evaluation.pk}") \
         .content.decode().split('name="policy_max_victims"')[1][:40]
-    # A different policy saved from the same editor is not the one evaluated: nothing is kept.
-    client.post(f"/ops/groups/{resource_group.name}/policy/", {
-        **POLICY_FIELDS, "policy_max_victims": "2", "action": "save", "reason": "try", "evaluation": evaluation.pk})
-    assert PolicyEvaluation.objects.get().policy_change is None
     client.post(f"/ops/groups/{resource_group.name}/policy/", {
         **POLICY_FIELDS, "policy_max_victims": "1", "action": "save", "reason": "evaluated on 7 days",
         "evaluation": evaluation.pk})
@@ -216,3 +212,57 @@ def test_a_failed_evaluation_is_not_kept_with_the_save(client, operator, resourc
         **POLICY_FIELDS, "policy_max_victims": "1", "action": "save", "reason": "r", "evaluation": failed.pk})
     assert ResourceGroup.objects.get(pk=resource_group.pk).policy["max_victims"] == 1  # saved
     assert PolicyEvaluation.objects.get(pk=failed.pk).policy_change is None  # not kept with it
+
+
+def _evaluated(client, operator, group, tenant):
+    record_history(group, [tenant], 10)
+    client.force_login(operator)
+    _evaluate(client, group, policy_max_victims="1")
+    evaluation = PolicyEvaluation.objects.get()
+    evaluation_run(evaluation.pk)
+    return evaluation
+
+
+def _save(client, group, evaluation, victims, reason):
+    return client.post(f"/ops/groups/{group.name}/policy/", {
+        **POLICY_FIELDS, "policy_max_victims": victims, "action": "save", "reason": reason,
+        "evaluation": evaluation.pk})
+
+
+def test_a_different_policy_saved_from_the_editor_is_not_kept_with_the_evaluation(
+        client, operator, resource_group, node_gpu_a, tenant_physics):
+    evaluation = _evaluated(client, operator, resource_group, tenant_physics)
+    _save(client, resource_group, evaluation, "2", "not the evaluated one")
+    assert ResourceGroup.objects.get(pk=resource_group.pk).policy["max_victims"] == 2  # saved
+    assert PolicyEvaluation.objects.get().policy_change is None
+
+
+def test_the_evaluated_policy_saved_after_another_change_is_not_kept_and_the_editor_says_why(
+        client, operator, resource_group, node_gpu_a, tenant_physics):
+    evaluation = _evaluated(client, operator, resource_group, tenant_physics)
+    editor = f"/ops/groups/{resource_group.name}/policy/?evaluation={evaluation.pk}"
+    assert "a save will not keep it" not in client.get(editor).content.decode()
+    _save(client, resource_group, evaluation, "3", "someone else's change")
+    # The report compared the edited policy with a policy no longer in force.
+    assert "a save will not keep it" in client.get(editor).content.decode()
+    _save(client, resource_group, evaluation, "1", "the evaluated policy, too late")
+    assert ResourceGroup.objects.get(pk=resource_group.pk).policy["max_victims"] == 1  # saved all the same
+    assert PolicyEvaluation.objects.get().policy_change is None
+
+
+def test_the_editor_previews_without_a_reason_and_refuses_a_save_without_one(
+        client, operator, resource_group, node_gpu_a):
+    client.force_login(operator)
+    url = f"/ops/groups/{resource_group.name}/policy/"
+    before = ResourceGroup.objects.get(pk=resource_group.pk).policy
+    changes = PolicyChange.objects.count()
+    preview = client.post(url, {**POLICY_FIELDS, "policy_max_victims": "2", "action": "preview", "reason": ""})
+    assert preview.status_code == 200
+    page = preview.content.decode()
+    assert "A reason is needed to save." not in page
+    assert "Preview on the current state" in page
+    refused = client.post(url, {**POLICY_FIELDS, "policy_max_victims": "2", "action": "save", "reason": "  "})
+    assert refused.status_code == 200
+    assert "A reason is needed to save." in refused.content.decode()
+    assert ResourceGroup.objects.get(pk=resource_group.pk).policy == before
+    assert PolicyChange.objects.count() == changes
