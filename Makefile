@@ -37,7 +37,7 @@ run: $(RUNTIME)
 	$(BIN)/python manage.py seed_demo
 	@mkdir -p var
 	@if [ -n "$$DATABASE_URL" ] && [ -n "$$REDIS_URL" ]; then \
-	  procs="web worker beat agents"; [ "$${LATTICE_DEMO_TRAFFIC:-1}" = 1 ] && procs="$$procs traffic"; \
+	  procs="web worker evaluator beat agents"; [ "$${LATTICE_DEMO_TRAFFIC:-1}" = 1 ] && procs="$$procs traffic"; \
 	  echo "Lattice on http://$${LATTICE_HOST:-127.0.0.1}:$${LATTICE_PORT:-8000}/ (operator / lattice-operator, demo only)"; \
 	  PATH="$(abspath $(BIN)):$$PATH" exec $(BIN)/honcho --procfile Procfile start $$procs; \
 	else exec scripts/run.sh; fi

@@ -16,6 +16,8 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -103,6 +105,10 @@ def evaluation_run(evaluation_id: int) -> None:
         _finish(evaluation_id, EvaluationStatus.CANCELLED)
     except ReplayError as exc:
         _finish(evaluation_id, EvaluationStatus.FAILED, error=str(exc))
+    except SoftTimeLimitExceeded:
+        limit = settings.LATTICE_EVALUATION_TIME_LIMIT_S
+        _finish(evaluation_id, EvaluationStatus.FAILED,
+                error=f"stopped at its time limit ({limit} s, LATTICE_EVALUATION_TIME_LIMIT_S): evaluate fewer days")
     except Exception:
         log.exception("evaluation %s failed", evaluation_id)
         _finish(evaluation_id, EvaluationStatus.FAILED, error="internal error (see the worker's log)")

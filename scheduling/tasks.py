@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.conf import settings
 
 from scheduling.actions.lifecycle import allocation_deadline, sweep
 from scheduling.evaluations import evaluation_run, evaluations_lost
@@ -57,8 +58,12 @@ def sample_usage() -> None:
         fold()
 
 
-@shared_task(name="scheduling.evaluate_policy", ignore_result=True, time_limit=3600)
+@shared_task(name="scheduling.evaluate_policy", ignore_result=True,
+             soft_time_limit=settings.LATTICE_EVALUATION_TIME_LIMIT_S,
+             time_limit=settings.LATTICE_EVALUATION_TIME_LIMIT_S + 30)
 def evaluate_policy(evaluation_id: int) -> None:
     """A policy evaluation: the group's history replayed under two policies (minutes at most; it
-    records its own progress and failure, and stops at a progress point when cancelled)."""
+    records its own progress and failure, and stops at a progress point when cancelled). Routed
+    to the ``evaluations`` queue; in the ``evaluator`` worker's forked child the soft limit stops
+    it as a failure it records, the hard one 30 s later kills the child (then the sweep fails it)."""
     evaluation_run(evaluation_id)

@@ -164,6 +164,11 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 120
+# Policy evaluations (a replay: minutes of CPU) have a queue of their own, served by the
+# Procfile's `evaluator` worker: a forked child per task, which its time limit can stop, apart
+# from the thread pool that runs the scheduler's passes (which they would otherwise delay).
+CELERY_TASK_ROUTES = {"scheduling.evaluate_policy": {"queue": "evaluations"}}
+LATTICE_EVALUATION_TIME_LIMIT_S = env.int("LATTICE_EVALUATION_TIME_LIMIT_S", 3600, minimum=60)
 # The worker logs through LOGGING below (format, request ids), not a handler of Celery's own.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {

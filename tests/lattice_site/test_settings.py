@@ -132,7 +132,8 @@ def test_a_bad_log_level_fails_fast_naming_the_variable():
 
 
 @pytest.mark.parametrize(("name", "value"), [("LOGIN_FAILURE_LIMIT", "0"), ("LOGIN_COOLOFF_MINUTES", "-5"),
-                                             ("LOGIN_COOLOFF_MINUTES", "0"), ("LATTICE_SWEEP_SECONDS", "0")])
+                                             ("LOGIN_COOLOFF_MINUTES", "0"), ("LATTICE_SWEEP_SECONDS", "0"),
+                                             ("LATTICE_EVALUATION_TIME_LIMIT_S", "30")])
 def test_a_login_throttle_out_of_range_fails_fast_naming_the_variable(name, value):
     result = _manage("check", **{name: value})
     assert result.returncode != 0

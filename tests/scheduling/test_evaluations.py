@@ -266,3 +266,32 @@ def test_the_editor_previews_without_a_reason_and_refuses_a_save_without_one(
     assert "A reason is needed to save." in refused.content.decode()
     assert ResourceGroup.objects.get(pk=resource_group.pk).policy == before
     assert PolicyChange.objects.count() == changes
+
+
+def test_an_evaluation_past_its_time_limit_is_failed_saying_so(operator, resource_group, monkeypatch, settings):
+    """The evaluator's soft time limit raises inside the replay (Celery's signal; raised here where
+    the replay would be): the run is failed with the limit named, not left running."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    import scheduling.evaluations as evaluations
+
+    settings.LATTICE_EVALUATION_TIME_LIMIT_S = 600
+    evaluation = PolicyEvaluation.objects.create(
+        resource_group=resource_group, requested_by=operator, days=7, since=timezone.now() - timedelta(days=7),
+        until=timezone.now(), current_policy=resource_group.policy, candidate_policy=resource_group.policy)
+
+    def past_the_limit(_evaluation):
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(evaluations, "_replay", past_the_limit)
+    evaluation_run(evaluation.pk)
+    failed = PolicyEvaluation.objects.get(pk=evaluation.pk)
+    assert failed.status == "failed"
+    assert "time limit (600 s" in failed.error
+
+
+def test_evaluations_go_to_their_own_queue_and_the_scheduler_tasks_do_not():
+    from lattice_site.celery import app
+
+    assert app.amqp.router.route({}, "scheduling.evaluate_policy")["queue"].name == "evaluations"
+    assert app.amqp.router.route({}, "scheduling.schedule_resource_group")["queue"].name == "celery"

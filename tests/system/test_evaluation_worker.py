@@ -1,5 +1,6 @@
-"""Policy evaluations run by a real Celery worker (a thread pool, as deployed) on PostgreSQL and
-Redis: the figures are those of ``manage.py replay --format lattice`` run on its own on the same
+"""Policy evaluations run by real Celery workers as deployed (the Procfile's thread-pool
+``worker`` and the ``evaluator`` on the evaluations queue) on PostgreSQL and Redis: the figures
+are those of ``manage.py replay --format lattice`` run on its own on the same
 history with the same policies, and a cancel stops a running evaluation at a progress point."""
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(tra
 def worker(tmp_path):
     running = Services(tmp_path)
     running.worker()
+    running.evaluator()
     wait_for(running.worker_ready, 90, "the worker to be ready", running)
+    wait_for(lambda: running.worker_ready("evaluator"), 90, "the evaluator to be ready", running)
     yield running
     running.stop_all()
 

@@ -98,6 +98,13 @@ class Services:
                               "--without-heartbeat", "-n", f"faults-{uuid.uuid4().hex[:8]}@127.0.0.1"],
                    DB_STATEMENT_TIMEOUT_MS="60000")
 
+    def evaluator(self) -> None:
+        """The Procfile's ``evaluator``: the evaluations queue only, one forked child."""
+        self.start("evaluator", [sys.executable, "-m", "celery", "-A", "lattice_site", "worker", "-Q", "evaluations",
+                                 "--pool=prefork", "--concurrency=1", "--loglevel=INFO", "--without-gossip",
+                                 "--without-mingle", "--without-heartbeat", "-n",
+                                 f"evaluator-{uuid.uuid4().hex[:8]}@127.0.0.1"], DB_STATEMENT_TIMEOUT_MS="60000")
+
     def beat(self) -> None:
         self.start("beat", [sys.executable, "-m", "celery", "-A", "lattice_site", "beat", "--loglevel=WARNING",
                             "--schedule", str(self.tmp / "beat-schedule")])
@@ -116,8 +123,8 @@ class Services:
         self.procs[name].send_signal(signal.SIGKILL)
         self.procs[name].wait(timeout=10)
 
-    def worker_ready(self) -> bool:
-        return b"ready." in (self.tmp / "worker.log").read_bytes()
+    def worker_ready(self, name: str = "worker") -> bool:
+        return b"ready." in (self.tmp / f"{name}.log").read_bytes()
 
     def exits(self) -> dict[int, list[tuple[int | None, str]]]:
         out: dict[int, list[tuple[int | None, str]]] = {}
