@@ -25,13 +25,13 @@ from scheduling.actions.overrides import (
     allocation_force_preempt,
     allocation_protect,
     group_pause,
-    group_policy_edit,
 )
 from scheduling.actions.policies import config_save, snapshot
 from scheduling.api.filters import AuditFilter
 from scheduling.api.pagination import NewestFirst, OldestFirst
 from scheduling.api.serializers import ReasonInput, RefuseUnknown
 from scheduling.decisions import policy_preview
+from scheduling.evaluations import policy_save_evaluated
 from scheduling.models import (
     Allocation,
     PolicyChange,
@@ -222,7 +222,9 @@ class PolicyInput(RefuseUnknown, serializers.Serializer):
 
 
 class PolicyEdit(PolicyInput, ReasonInput):
-    pass
+    evaluation = serializers.IntegerField(required=False, allow_null=True, min_value=1, help_text=(
+        "A finished evaluation of this very policy on this group (POST /evaluations/): kept with the "
+        "save's audit entry while the group's policy is still the one it compared against."))
 
 
 class ResourceGroupViewSet(viewsets.ReadOnlyModelViewSet):
@@ -240,8 +242,9 @@ class ResourceGroupViewSet(viewsets.ReadOnlyModelViewSet):
         """Replace the policy (the whole document, as the contract defines it), with a reason."""
         data = PolicyEdit(data=request.data)
         data.is_valid(raise_exception=True)
-        group = group_policy_edit(group=self.get_object(), policy=data.validated_data["policy"],
-                                  actor=request.user, reason=data.validated_data["reason"])
+        group = policy_save_evaluated(group=self.get_object(), policy=data.validated_data["policy"],
+                                      actor=request.user, reason=data.validated_data["reason"],
+                                      evaluation_id=data.validated_data.get("evaluation"))
         return Response(GroupOutput(group).data)
 
     @extend_schema(responses={200: SharesOutput})

@@ -3,6 +3,7 @@ from rest_framework.routers import DefaultRouter
 
 from nodes.api import NodeViewSet
 from scheduling.api.allocations import AllocationViewSet, ArrayViewSet
+from scheduling.api.evaluations import EvaluationViewSet
 from scheduling.api.members import MembershipViewSet
 from scheduling.api.operators import (
     AuditViewSet,
@@ -38,6 +39,7 @@ router.register("run-as/tenants", TenantRunAsViewSet, basename="run-as-tenant")
 router.register("run-as/members", MemberRunAsViewSet, basename="run-as-member")
 router.register("overrides", OverrideViewSet, basename="override")
 router.register("audit", AuditViewSet, basename="audit")
+router.register("evaluations", EvaluationViewSet, basename="evaluation")
 
 urlpatterns = [
     path("simulate/", SimulateView.as_view(), name="simulate"),
