@@ -16,7 +16,15 @@ from typing import Any
 from django.db import connection, models
 
 from nodes.models import Node
-from scheduling.models import Allocation, Membership, Quota, ResourceGroup, Tenant, VCluster
+from scheduling.models import (
+    Allocation,
+    AllocationEvent,
+    Membership,
+    Quota,
+    ResourceGroup,
+    Tenant,
+    VCluster,
+)
 from scheduling.models.allocations import RESOURCES
 from scheduling.models.rows import M, fetch, load, quote, select_list, table, width
 
@@ -166,3 +174,34 @@ def insert(obj: M) -> M:
     obj.pk = fetch(sql, params)[0][0]
     obj._state.adding, obj._state.db = False, connection.alias
     return obj
+
+
+@functools.cache
+def _submitted_sql(vendor: str) -> str:
+    """The allocation's INSERT as a CTE, its first event's INSERT taking the new id from it."""
+    alloc_sql, _ = _insert_sql(Allocation, vendor)
+    _, fields = _insert_sql(AllocationEvent, vendor)
+    a = quote("a")
+    values = ", ".join(f"(SELECT {quote('id')} FROM {a})" if f.attname == "allocation_id" else "%s" for f in fields)
+    return (f"WITH {a} AS ({alloc_sql}) INSERT INTO {table(AllocationEvent)} "
+            f"({', '.join(quote(f.column) for f in fields)}) VALUES ({values}) RETURNING {quote('id')}, "
+            f"{quote('allocation_id')}")
+
+
+def insert_submitted(alloc: Allocation, event: AllocationEvent) -> None:
+    """``insert`` of a new allocation and then of its first event (``event.allocation`` set to
+    it): on PostgreSQL in one statement, one round trip fewer for every submission."""
+    if connection.vendor != "postgresql":
+        insert(alloc)
+        event.allocation = alloc
+        insert(event)
+        return
+    _, alloc_fields = _insert_sql(Allocation, connection.vendor)
+    _, event_fields = _insert_sql(AllocationEvent, connection.vendor)
+    params = [f.get_db_prep_save(f.pre_save(alloc, True), connection) for f in alloc_fields]
+    params += [f.get_db_prep_save(f.pre_save(event, True), connection) for f in event_fields
+               if f.attname != "allocation_id"]
+    event.pk, alloc.pk = fetch(_submitted_sql(connection.vendor), params)[0]
+    event.allocation = alloc
+    for obj in (alloc, event):
+        obj._state.adding, obj._state.db = False, connection.alias

@@ -11,7 +11,7 @@ from django.utils import timezone
 from scheduling.actions.allocations import allocation_transition
 from scheduling.actions.quotas import check_quota, tenant_usage
 from scheduling.actions.release import allocation_release, give_back_borrowed
-from scheduling.admission_sql import insert, memberships, quota_locked
+from scheduling.admission_sql import insert_submitted, memberships, quota_locked
 from scheduling.dispatch import event_on_commit, request_pass_on_commit
 from scheduling.errors import Conflict, DomainError
 from scheduling.models import (
@@ -79,11 +79,11 @@ def allocation_submit(*, user: AbstractBaseUser, tenant: Tenant, group: Resource
         if quota is None:
             raise Conflict("the tenant has no quota; ask an operator", field="tenant")
         check_quota(quota, tenant_usage(tenant), nodes=nodes, gpus=gpus)
-        # The two rows written by statements prepared once (admission_sql.insert), as save() would.
-        alloc = insert(Allocation(resource_group=group, tenant=tenant, user=user, submitted_at=timezone.now(),
-                                  state=State.PENDING, **fields))
-        insert(AllocationEvent(allocation=alloc, from_state="", to_state=State.PENDING, reason="submitted",
-                               actor=user))
+        # The row and its first event written as save() would, by one statement written once.
+        alloc = Allocation(resource_group=group, tenant=tenant, user=user, submitted_at=timezone.now(),
+                           state=State.PENDING, **fields)
+        insert_submitted(alloc, AllocationEvent(from_state="", to_state=State.PENDING, reason="submitted",
+                                                actor=user))
         event_on_commit("allocation.submitted", {"allocation": alloc.pk, "state": alloc.state}, tenant.pk)
         request_pass_on_commit(group.pk)
     return alloc

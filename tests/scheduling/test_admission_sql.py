@@ -15,7 +15,15 @@ from nodes.models import Node
 from scheduling import admission_sql
 from scheduling.actions.quotas import ACTIVE, tenant_usage
 from scheduling.api.serializers import AllocationInput
-from scheduling.models import Allocation, AllocationEvent, Membership, Quota, ResourceGroup, Tenant, VCluster
+from scheduling.models import (
+    Allocation,
+    AllocationEvent,
+    Membership,
+    Quota,
+    ResourceGroup,
+    Tenant,
+    VCluster,
+)
 from scheduling.models.allocations import RESOURCES
 
 pytestmark = pytest.mark.django_db
@@ -177,3 +185,23 @@ def test_field_errors_are_drf_s(resource_group, body):
     ours, generic = AllocationInput(data=body), GenericInput(data=body)
     assert not ours.is_valid() and not generic.is_valid()
     assert ours.errors == generic.errors
+
+
+def test_an_allocation_and_its_first_event_inserted_together_store_what_save_would(resource_group, tenant_physics):
+    user = tenant_physics.memberships.first().user
+    fields = {"resource_group": resource_group, "tenant": tenant_physics, "user": user, "submitted_at": timezone.now(),
+              "per_node_gpu": 2, "command": ["true"], "env": {"K": "v"}, "name": "both"}
+    saved = Allocation.objects.create(**fields)
+    saved_event = AllocationEvent.objects.create(allocation=saved, from_state="", to_state="pending",
+                                                 reason="submitted", actor=user)
+    alloc, event = Allocation(**fields), AllocationEvent(from_state="", to_state="pending", reason="submitted",
+                                                         actor=user)
+    admission_sql.insert_submitted(alloc, event)
+    assert alloc.pk not in (None, saved.pk) and event.allocation_id == alloc.pk and event.pk != saved_event.pk
+    a, b = (_columns(Allocation.objects.get(pk=pk)) for pk in (saved.pk, alloc.pk))
+    assert {k: v for k, v in a.items() if k != "id"} == {k: v for k, v in b.items() if k != "id"}
+    stored = AllocationEvent.objects.get(pk=event.pk)
+    assert model_to_dict(stored) == model_to_dict(event)
+    assert {k: v for k, v in model_to_dict(stored).items() if k not in ("id", "allocation")} == \
+        {k: v for k, v in model_to_dict(saved_event).items() if k not in ("id", "allocation")}
+    assert not alloc._state.adding and not event._state.adding
