@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Count, F, Sum
-
+from scheduling.admission_sql import usage_row
 from scheduling.errors import QuotaExceeded
 from scheduling.models import Allocation, Quota, Tenant
 from scheduling.states import FINAL, HOLDING, State
@@ -21,9 +20,7 @@ class Usage:
 
 
 def tenant_usage(tenant: Tenant, states: list[str] | None = None) -> Usage:
-    row = Allocation.objects.filter(tenant=tenant, state__in=states or ACTIVE).aggregate(
-        n=Count("id"), nodes=Sum("node_count"), gpus=Sum(F("node_count") * F("per_node_gpu")))
-    return Usage(row["n"] or 0, row["nodes"] or 0, row["gpus"] or 0)
+    return Usage(*usage_row(tenant.pk, states or ACTIVE))  # one statement written out once
 
 
 def check_quota(quota: Quota, usage: Usage, *, nodes: int, gpus: int, allocations: int = 1) -> None:

@@ -7,10 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from django.db.models import Count, Max, Q
 
-from nodes.models import Node
 from nodes.protocol import MAX_START_FRAME_BYTES, Start, encode
+from scheduling.admission_sql import node_summary
 from scheduling.engine.cluster import floor_limit
 from scheduling.models import Allocation, Quota, ResourceGroup, SessionType, VCluster
 from scheduling.models.allocations import RESOURCES
@@ -41,16 +40,14 @@ def never_fits_errors(group: ResourceGroup, vc: VCluster | None, per_node: dict[
     # One row per vCluster (and one for nodes with no home), aggregated in the database: a group
     # of 10,000 nodes is not read node by node for every submission.
     need = {resource: per_node.get(resource, 0) for resource in RESOURCES}
-    rows = list(Node.objects.filter(resource_group=group).order_by().values("vcluster_id").annotate(
-        nodes=Count("id"), holding=Count("id", filter=Q(**{f"{r}__gte": need[r] for r in RESOURCES})),
-        **{f"most_{r}": Max(r) for r in RESOURCES}))
+    rows = node_summary(group.pk, need)
     where = f"resource group {group.name}" + (f" (vCluster {vc.name})" if vc is not None else "")
     lendable: dict[int, int] = {}  # lender vCluster id -> how many nodes it may lend at most
     if vc is not None:
         if not own_only and vc.allow_borrowing:
-            homes = {row["vcluster_id"]: row["nodes"] for row in rows if row["vcluster_id"] is not None}
-            for lender in VCluster.objects.filter(pk__in=list(homes), allow_lending=True).exclude(pk=vc.pk):
-                lendable[lender.pk] = floor_limit(homes[lender.pk], lender.max_borrow_pct)
+            for row in rows:
+                if row["vcluster_id"] not in (None, vc.pk) and row["allow_lending"]:
+                    lendable[row["vcluster_id"]] = floor_limit(row["nodes"], row["max_borrow_pct"])
         rows = [r for r in rows if r["vcluster_id"] in (None, vc.pk) or lendable.get(r["vcluster_id"], 0) > 0]
     for resource in RESOURCES:
         most = max((r[f"most_{resource}"] for r in rows), default=0)

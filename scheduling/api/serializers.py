@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from rest_framework import serializers
 
 from scheduling.actions.admission import membership_for, priority_for
+from scheduling.admission_sql import vcluster_for
 from scheduling.api.admission_checks import (
     MAX_ARRAY_INDEX,
     dependency_errors,
@@ -20,6 +20,7 @@ from scheduling.api.admission_checks import (
     session_type_escapes,
     start_frame_errors,
 )
+from scheduling.api.input_fields import GroupByName, fresh_fields
 from scheduling.errors import DomainError
 from scheduling.models import Allocation, AllocationEvent, ResourceGroup, SessionType, VCluster
 from scheduling.models.allocations import (
@@ -102,7 +103,7 @@ class DependencyInput(RefuseUnknown, serializers.Serializer):
 class AllocationInput(RefuseUnknown, serializers.Serializer):
     """What a tenant submits. Validates everything; nothing is stored here."""
 
-    resource_group = serializers.SlugRelatedField(
+    resource_group = GroupByName(
         slug_field="name", queryset=ResourceGroup.objects.all(), required=False,
         help_text="Omitted: the tenant's default resource group (set by an operator on its quota).")
     tenant = serializers.CharField(required=False, max_length=64)
@@ -146,6 +147,13 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
     array = serializers.CharField(
         required=False, allow_null=True, default=None, max_length=255,
         help_text='Submit an array of tasks: "0-99%10", "1,3,5-7", "0-15:4"; %N runs at most N at once.')
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        """This request's own fields, as DRF's deep copy of the declared ones would give them, but
+        a plain field (no child, not a serializer) is copied flat from an unbound one made once per
+        process: DRF builds every field anew, its validators too, for every request
+        (``input_fields``)."""
+        return fresh_fields(type(self))
 
     def validate_array(self, value: str | None) -> str | None:
         if value is not None:
@@ -204,9 +212,7 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
                 errors["depends_on"] = problem
         vc = st = None
         if attrs.get("vcluster"):
-            members = VCluster.tenants.through.objects.filter(vcluster=OuterRef("pk"))
-            vc = VCluster.objects.filter(resource_group=group, name=attrs["vcluster"]).annotate(
-                restricted=Exists(members), admitted=Exists(members.filter(tenant=tenant))).first()
+            vc = vcluster_for(group.pk, attrs["vcluster"], tenant.pk)
             if vc is None:
                 errors["vcluster"] = f"no vCluster {attrs['vcluster']!r} in {group.name}"
             elif vc.restricted and not vc.admitted:  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 from django.conf import settings
@@ -11,6 +12,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import connection, models
 from django.db.models import Q
 
+from .rows import fetch, load, quote, select_list, table, width
 from .secrets import PREFIX_LEN, HashedToken
 
 # A portable Unix user or group name (POSIX's portable filename characters, not starting with "-").
@@ -175,6 +177,18 @@ class TenantShare(models.Model):
         return f"{self.tenant} in {self.resource_group_id}: {self.share:.3f}"
 
 
+@functools.cache
+def _token_sql(token_model: type[models.Model], user_model: type[models.Model], vendor: str) -> str:
+    """The user's columns by name, not u.*: a prepared statement must keep its result's shape when
+    a migration adds a column while the servers run."""
+    q = quote
+    user_pk = q(user_model._meta.pk.column)  # type: ignore[union-attr]
+    return (f"SELECT {select_list(user_model, 'u')}, t.{q('id')}, t.{q('digest')}, t.{q('created_at')}, "
+            f"m.{q('tenant_id')} FROM {table(token_model)} t JOIN {table(user_model)} u ON u.{user_pk} = t.{q('user_id')} "
+            f"LEFT JOIN {table(Membership)} m ON m.{q('user_id')} = u.{user_pk} "
+            f"WHERE t.{q('prefix')} = %s AND t.{q('revoked_at')} IS NULL")
+
+
 class ApiToken(HashedToken):
     """A client's API token: shown once, stored as a SHA-256 digest, compared in constant time."""
 
@@ -197,25 +211,18 @@ class ApiToken(HashedToken):
         also brings the tenants, which scoping needs next (``selectors.remember_tenant_ids``).
         """
         User = get_user_model()
-        q = connection.ops.quote_name
-        user_pk = q(User._meta.pk.column)
-        # The user's columns by name, not u.*: a prepared statement must keep its result's shape
-        # when a migration adds a column while the servers run.
-        columns = ", ".join(f"u.{q(f.column)}" for f in User._meta.concrete_fields)
-        sql = (f"SELECT {columns}, t.{q('id')} AS token_id, t.{q('digest')} AS token_digest, "
-               f"t.{q('created_at')} AS token_created_at, m.{q('tenant_id')} AS member_of "
-               f"FROM {q(cls._meta.db_table)} t JOIN {q(User._meta.db_table)} u ON u.{user_pk} = t.{q('user_id')} "
-               f"LEFT JOIN {q(Membership._meta.db_table)} m ON m.{q('user_id')} = u.{user_pk} "
-               f"WHERE t.{q('prefix')} = %s AND t.{q('revoked_at')} IS NULL")
+        n = width(User)
         found: tuple[Any, ApiToken] | None = None
         tenants: list[int] = []
-        for row in User.objects.raw(sql, [token[:PREFIX_LEN]]):
-            if cls.matches(row.token_digest, token):
+        for row in fetch(_token_sql(cls, User, connection.vendor), [token[:PREFIX_LEN]]):
+            token_id, digest, created_at, member_of = row[n:]
+            if cls.matches(digest, token):
                 if found is None:
-                    found = row, cls(id=row.token_id, prefix=token[:PREFIX_LEN], digest=row.token_digest,
-                                     created_at=row.token_created_at, user=row)
-                if row.member_of is not None:
-                    tenants.append(row.member_of)
+                    user = load(User, row[:n])
+                    found = user, cls(id=token_id, prefix=token[:PREFIX_LEN], digest=digest, created_at=created_at,
+                                      user=user)
+                if member_of is not None:
+                    tenants.append(member_of)
         if found is None or not found[0].is_active:
             return None
         return found[0], found[1], tenants

@@ -1,0 +1,70 @@
+"""Input fields of the submission path made cheaper than DRF's generic ones, with the same answers.
+
+DRF gives every serializer instance its own fields by deep-copying the declared ones, which
+builds each field anew (its arguments copied, ``__init__`` run, its validators made): for the
+29 fields of a submission that was a sixth of its CPU in the server. ``fresh_fields`` copies a
+plain field flat instead, from an unbound copy made once per process; fields with a child or
+that are serializers themselves are deep-copied as DRF does. ``GroupByName`` finds a resource
+group by a statement written once instead of a query compiled for every request.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from django.utils.encoding import smart_str
+from rest_framework import serializers
+
+from scheduling.admission_sql import group_named
+from scheduling.models import ResourceGroup
+
+
+class GroupByName(serializers.SlugRelatedField):
+    """A resource group by its name, read by a statement written once (``admission_sql``); the
+    same answers as DRF's lookup through the ORM, the same 400s."""
+
+    def to_internal_value(self, data: Any) -> ResourceGroup:
+        try:
+            group = group_named(data)
+        except (TypeError, ValueError):
+            self.fail("invalid")
+        if group is None:
+            self.fail("does_not_exist", slug_name=self.slug_field, value=smart_str(data))
+        return group
+
+
+_UNBOUND: dict[type, dict[str, serializers.Field]] = {}
+
+
+def _unbound_fields(cls: type[serializers.Serializer]) -> dict[str, serializers.Field]:
+    """The serializer class's declared fields copied once (never bound to a serializer), their
+    validators built."""
+    found = _UNBOUND.get(cls)
+    if found is None:
+        found = copy.deepcopy(cls._declared_fields)  # type: ignore[attr-defined]
+        for field in found.values():
+            field.validators  # noqa: B018  (built once here, shared by the flat copies)
+        _UNBOUND[cls] = found
+    return found
+
+
+def _plain(field: serializers.Field) -> bool:
+    return not isinstance(field, serializers.BaseSerializer) and not hasattr(field, "child") \
+        and type(field).__deepcopy__ is serializers.Field.__deepcopy__
+
+
+def _flat(field: serializers.Field) -> serializers.Field:
+    """A copy of an unbound plain field for one serializer to bind: its own attributes (bind sets
+    the name, parent, label and source on the copy), sharing with the original only what no
+    request changes (arguments, validators, messages, choices)."""
+    new = object.__new__(type(field))
+    new.__dict__.update(field.__dict__)
+    return new
+
+
+def fresh_fields(cls: type[serializers.Serializer]) -> dict[str, serializers.Field]:
+    """What DRF's ``Serializer.get_fields`` returns (a field of its own for each declared one, none
+    bound yet), built as above."""
+    return {name: _flat(field) if _plain(field) else copy.deepcopy(field)
+            for name, field in _unbound_fields(cls).items()}
