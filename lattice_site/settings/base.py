@@ -244,6 +244,8 @@ SPECTACULAR_SETTINGS = {
     # Clients send JSON (the parsers also read forms, for the browsable API).
     "PARSER_WHITELIST": ["scheduling.api.parsers.JSONParser"],
     "COMPONENT_SPLIT_REQUEST": True,  # what a client sends, apart from what it reads back
+    # Two lists of choices share the field name "status": each gets a name of its own.
+    "ENUM_NAME_OVERRIDES": {"EvaluationStatusEnum": "scheduling.models.evaluations.EvaluationStatus"},
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "scheduling.api.schema.require_reason"],
 }
