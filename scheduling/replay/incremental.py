@@ -69,8 +69,7 @@ class IncrementalPass:
                 self._decide(st, t, waited)
             elif self._nothing_after(req, starving.get(j.tenant, False), backoff):
                 break  # nothing fits, and every later request preempts no more than this one could
-        for idx in holders:
-            self.cluster.remove(f"hold:{idx}")
+        self._unreserve()
         self._track(t)
 
     def _rereserve(self, idx: int) -> None:
@@ -96,8 +95,13 @@ class IncrementalPass:
         held = self.holders.get(idx, ())
         if held:
             cluster.remove(f"hold:{idx}")
-        decision = decide(cluster, self.policy, st.request(held), t)
+        req = st.request(held)
+        decision = decide(cluster, self.policy, req, t)
         self.engine_calls += 1
+        if self.reserving.touched_by(decision):  # as the real pass (passes/run.py) does
+            self.reserving.reserve(cluster)
+            decision = decide(cluster, self.policy, req, t)
+            self.engine_calls += 1
         if decision.outcome == "fits":
             self._start(st, decision, t)
         elif decision.outcome == "preempt":
