@@ -64,6 +64,8 @@ def _best_single_node(view: RequestView, pool_of: tuple[IArr, BArr, BArr], poten
         best.victims, best.cost = [pick], float(cost[pick])
     if bound is not None and bound < 2:
         return best
+    if int(np.bincount(cluster.e_node[ents]).max()) < 2:
+        return best  # no node holds two pool victims: every bound below would be infinite
     # Sets of two or more: a node needing m victims costs at least its m cheapest candidates (m:
     # fewest that could free enough, taking the largest first, and at least two: where one large
     # victim would do, two small ones may cost less). Exact when few are eligible; above

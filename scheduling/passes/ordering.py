@@ -1,5 +1,6 @@
 """The pure parts of the pass, shared with the replay (scheduling/replay/): the pending queue's
-order key, fair-share's below-since step, and a preemptor's reservation of its held nodes.
+order key, fair-share's below-since step, a preemptor's reservation of its held nodes, and the
+reservations a pass has made but not yet put into its snapshot.
 
 No Django here: the pass reads rows from the database and the replay keeps them in memory, and
 both order and reserve with these functions, so a replay orders work as the pass would.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduling.engine import Cluster
+from scheduling.engine import Cluster, Decision
 from scheduling.engine import model as em
 from scheduling.engine.cluster import EPS
 
@@ -59,3 +60,33 @@ def reserve_free(cluster: Cluster, key: str, names: list[str]) -> None:
         placement[name] = {r: v for r, v in free.items() if v > 0}
     if placement:
         cluster.add(em.Allocation(id=key, state="terminating", placement=placement, preemptible=False))
+
+
+class PassReservations:
+    """Nodes reserved during a pass for preemptors, not yet put into the snapshot; with the set of
+    all their nodes, so checking a decision against them costs its own nodes, not every reservation."""
+
+    def __init__(self) -> None:
+        self.nodes_of: dict[int, list[str]] = {}
+        self._nodes: set[str] = set()
+
+    def add(self, alloc_id: int, names: list[str]) -> None:
+        self.nodes_of[alloc_id] = names
+        self._nodes.update(names)
+
+    def clear(self) -> None:
+        self.nodes_of.clear()
+        self._nodes.clear()
+
+    def touched_by(self, decision: Decision) -> bool:
+        """Whether ``decision`` uses a reserved node (so it must be decided again with the
+        reservations in place; one that does not use them stands as it is, since taking capacity
+        away elsewhere cannot make its choice worse)."""
+        nodes = self._nodes
+        return bool(nodes) and not (nodes.isdisjoint(decision.nodes) and nodes.isdisjoint(decision.borrowed))
+
+    def reserve(self, cluster: Cluster) -> None:
+        """Put every reservation into ``cluster`` (in the order they were made) and forget them."""
+        for alloc_id, names in self.nodes_of.items():
+            reserve_free(cluster, f"hold:{alloc_id}", names)
+        self.clear()

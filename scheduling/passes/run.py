@@ -90,9 +90,8 @@ def _one_request(state: PassState, row: dict, mine: list[str], moment: datetime)
     started = time.perf_counter()
     decision = decide(snap.cluster, snap.policy, req, state.as_of.timestamp())
     if pending.touched_by(decision):
-        reserve_holds(snap, pending.nodes_of)
         state.reserved.update(pending.nodes_of)
-        pending.clear()
+        pending.reserve(snap.cluster)
         decision = decide(snap.cluster, snap.policy, req, state.as_of.timestamp())
     latency = (time.perf_counter() - started) * 1000
     state.result.decided += 1

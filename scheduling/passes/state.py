@@ -8,7 +8,7 @@ from datetime import datetime
 from scheduling.engine import Decision
 from scheduling.engine import model as em
 from scheduling.models import PreemptionDecision
-from scheduling.passes.holds import PassReservations
+from scheduling.passes.ordering import PassReservations
 from scheduling.passes.quota_book import QuotaBook
 from scheduling.passes.score import QueueScorer
 from scheduling.passes.snapshot import Snapshot

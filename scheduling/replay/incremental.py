@@ -69,16 +69,42 @@ class IncrementalPass:
                 self._decide(st, t, waited)
             elif self._nothing_after(req, starving.get(j.tenant, False), backoff):
                 break  # nothing fits, and every later request preempts no more than this one could
-        for idx in holders:
-            self.cluster.remove(f"hold:{idx}")
+            else:  # the engine's answer is "wait", for every request alike in what these read
+                waited[st.wshape] = (cluster.version, cluster.state_version)
+        self._unreserve()
         self._track(t)
 
     def _rereserve(self, idx: int) -> None:
         """A holder told to wait without asking: its reservation released and made again, as the
         straightforward pass's decision leaves it. The engine breaks ties between equally good
-        victim sets by its snapshot's slot order, so both passes must fill slots alike."""
+        victim sets by its snapshot's slot order, so both passes must fill slots alike. Where
+        that would give back the very same snapshot (one node, whose free capacity is still all
+        the reservation's, and sums that come back exactly), it is left as it is."""
+        if self._same_again(f"hold:{idx}"):
+            return
         self.cluster.remove(f"hold:{idx}")
         reserve_free(self.cluster, f"hold:{idx}", list(self.holders[idx]))
+
+    def _same_again(self, key: str) -> bool:
+        """Whether removing the reservation ``key`` and making it again would leave every array of
+        the snapshot as it is: it holds one node (its slot and entry come back off the free lists
+        in the same place), and what it would reserve now is what it holds, to the last bit."""
+        cluster = self.cluster
+        slot = cluster.slot_of.get(key)
+        if slot is None:
+            return False
+        entries = cluster.a_entries[slot]
+        if len(entries) != 1:
+            return False
+        e = entries[0]
+        node = int(cluster.e_node[e])
+        held, used = cluster.e_res[e], cluster.used[node]
+        without = used - held
+        free = cluster.cap[node] - without
+        again = np.where(free > 0, free, 0.0)
+        tenant_used = cluster.t_used[cluster.a_tenant[slot]]
+        return bool(np.array_equal(again, held) and np.array_equal(without + held, used)
+                    and np.array_equal((tenant_used - cluster.a_held[slot]) + again, tenant_used))
 
     def _starving(self, t: float) -> dict[str, bool]:
         if self.policy.kind != "fair_share":
@@ -96,8 +122,13 @@ class IncrementalPass:
         held = self.holders.get(idx, ())
         if held:
             cluster.remove(f"hold:{idx}")
-        decision = decide(cluster, self.policy, st.request(held), t)
+        req = st.request(held)
+        decision = decide(cluster, self.policy, req, t)
         self.engine_calls += 1
+        if self.reserving.touched_by(decision):  # as the real pass (passes/run.py) does
+            self.reserving.reserve(cluster)
+            decision = decide(cluster, self.policy, req, t)
+            self.engine_calls += 1
         if decision.outcome == "fits":
             self._start(st, decision, t)
         elif decision.outcome == "preempt":

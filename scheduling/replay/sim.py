@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from scheduling.engine import Cluster, Decision
 from scheduling.engine import model as em
-from scheduling.passes.ordering import below_since, queue_key, reserve_free
+from scheduling.passes.ordering import PassReservations, below_since, queue_key, reserve_free
 
 from .incremental import IncrementalPass
 from .order import PendingOrder
@@ -97,6 +97,10 @@ class Simulation(IncrementalPass):
         self.seq = 0
         self.pending: set[int] = set()
         self.holders: dict[int, tuple[str, ...]] = {}
+        # Nodes this pass's preemptors hold, not yet reserved in the snapshot: as in the real pass,
+        # put there only when a later decision would use one of them (``_decide``), so that a
+        # preemption does not change the snapshot's version and the engine's kept values stay.
+        self.reserving = PassReservations()
         self.demand: dict[str, int] = {}
         self.dirty: set[str] = set()  # tenants whose share or demand moved since the last pass
         self.borrowed: dict[str, str] = {}  # node -> the vCluster borrowing it
@@ -210,9 +214,14 @@ class Simulation(IncrementalPass):
             if idx not in holders and waited.get(st.shape) == (cluster.version, cluster.state_version):
                 continue  # the same request was just told to wait on this very state: so is this one
             self._decide(st, t, waited)
-        for idx in holders:
-            self.cluster.remove(f"hold:{idx}")
+        self._unreserve()
         self._track(t)  # what this pass started counts from now (the real pass's next one sees it)
+
+    def _unreserve(self) -> None:
+        """The pass's reservations taken out of the snapshot again (the next pass makes them anew)."""
+        self.reserving.clear()
+        for idx in self.holders:
+            self.cluster.remove(f"hold:{idx}")
 
     def _order_key(self, t: float) -> Callable[[int], tuple]:
         kind, jobs, holders = self.policy.kind, self.jobs, self.holders
@@ -265,6 +274,7 @@ class Simulation(IncrementalPass):
         req = st.request()
         alloc = replace(req, state="running", started_at=t, placement={n: dict(req.per_node) for n in decision.nodes})
         if decision.borrowed:
+            self.reserving.reserve(self.cluster)  # the rebuilt snapshot keeps them, as a reload would
             self._borrow(decision.borrowed, req.vcluster)
         self.cluster.add(alloc)
         st.started = t
@@ -280,7 +290,7 @@ class Simulation(IncrementalPass):
         for v in decision.victims:
             self._ask_to_leave(self.jobs[int(v.id)], v.action, v.mode or self.policy.mode, t)
         self.holders[st.idx] = decision.nodes
-        reserve_free(self.cluster, f"hold:{st.idx}", list(decision.nodes))
+        self.reserving.add(st.idx, list(decision.nodes))
         self.cluster.last_preemption_at = t
         if self.policy.kind == "fair_share":
             self._push(t + self.policy.preemptive_scheduling_backoff_s, TICK, 0)
