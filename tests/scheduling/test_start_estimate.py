@@ -58,6 +58,18 @@ def _explain(api_for, user, alloc):
     return api_for(user).get(f"/api/v1/allocations/{alloc.pk}/explain/")
 
 
+def _estimate(api_for, user, alloc):
+    """The estimate, and whether its ``in_s`` counts from the moment it was read: between the
+    estimated start less the time after the answer and less the time before the request (a loaded
+    machine takes seconds to answer; the hand-computed starts are checked on ``estimated_start``)."""
+    before = timezone.now()
+    est = _explain(api_for, user, alloc).json()["start_estimate"]
+    after = timezone.now()
+    start = _at(est["estimated_start"])
+    low, high = (start - after).total_seconds(), (start - before).total_seconds()
+    return est, max(0, low) - 1 <= est["in_s"] <= max(0, high) + 1
+
+
 def _at(text):
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
@@ -67,14 +79,16 @@ def test_estimates_are_the_hand_computed_starts(api_for, case):
     expected = {"P1": 20 * MIN, "P2": 0, "P3": 25 * MIN, "P4": 55 * MIN}
     for name, after in expected.items():
         user = "bob" if name == "P4" else "alice"
-        est = _explain(api_for, user, pending[name]).json()["start_estimate"]
+        est, counted_from_now = _estimate(api_for, user, pending[name])
         computed = _at(est["computed_at"])
         assert abs((_at(est["estimated_start"]) - now).total_seconds() - after) < 5, name
-        assert abs(est["in_s"] - after) < 5, name
+        assert counted_from_now, (name, est)
         assert computed >= now and est["in_queue"] and est["recomputed_every_s"] == 60
         assert "walltime" in est["assumptions"] and "240 minutes" not in est["assumptions"]
     line = estimate_line(_explain(api_for, "alice", pending["P3"]).json()["start_estimate"])
-    assert line.startswith("estimated start: ") and "in 25 min" in line and "assuming running work ends" in line
+    # 25 minutes after the case was made; a minute less if the machine took a minute to get here.
+    assert line.startswith("estimated start: ") and "assuming running work ends" in line
+    assert "in 25 min" in line or (timezone.now() - now > timedelta(seconds=1) and "in 24 min" in line), line
 
 
 def test_a_tenant_sees_only_its_own_jobs_estimates_and_never_another_tenants_work(api_for, case):
@@ -98,9 +112,9 @@ def test_a_groups_replay_is_kept_for_a_minute_and_work_the_pass_skips_has_none(a
     again = _explain(api_for, "alice", pending["P3"]).json()["start_estimate"]
     assert again == first  # the cached replay: P1 still counted ahead of P3
     cache.clear()  # a minute later
-    fresh = _explain(api_for, "alice", pending["P3"]).json()["start_estimate"]
+    fresh, counted_from_now = _estimate(api_for, "alice", pending["P3"])
     assert fresh["in_s"] < first["in_s"]  # P1 held: P3 takes gpu-a when R1 ends, at 20 min
-    assert abs(fresh["in_s"] - 20 * MIN) < 5
+    assert abs((_at(fresh["estimated_start"]) - case[0]).total_seconds() - 20 * MIN) < 5 and counted_from_now
     held = _explain(api_for, "alice", pending["P1"]).json()["start_estimate"]
     assert held["estimated_start"] is None and not held["in_queue"]
     assert estimate_line(held) == "estimated start: none, it is not in the queue yet"
