@@ -15,7 +15,8 @@ ends at and the series' generation, which every write to the stored rows sets in
 transaction (a statement trigger, migration 0021: the sampler, the folding, anything else),
 for ``LATTICE_USAGE_SERIES_CACHE_SECONDS`` at most (0: never cached). The
 generation is read before the rows, so an answer is never kept under a generation older than
-the rows it was read from; a sample written since is in the next answer at once. Callers check
+the rows it was read from; a sample written since is in the next answer at once. Each process
+also keeps its latest answers by the same keys in its memory, in front of the shared cache. Callers check
 who may read the scope before asking (the cached answer is per scope, not per reader). SQLite
 has no trigger and reads afresh each time.
 """
@@ -38,6 +39,10 @@ from scheduling.usage import COUNTERS, GAUGES, floor_to
 from scheduling.usage_fold import merge
 
 GENERATION = "usage:generation"  # the MetricRollup key the trigger sets (migration 0021)
+# This process's latest answers, by the same keys: the key alone says an answer is still exact,
+# so a hit skips the shared cache's round trip (and Django building a Redis client per call).
+_recent: dict[str, bytes] = {}
+RECENT = 64
 RANGES = {"1h": (timedelta(hours=1), 60), "24h": (timedelta(hours=24), 900), "7d": (timedelta(days=7), 3600),
           "30d": (timedelta(days=30), 4 * 3600)}
 
@@ -126,11 +131,16 @@ def series_json(*, scope: str, scope_id: int, range_name: str, resource_group_id
                              resource_group_id=resource_group_id, now=end))
     key = (f"usage-series:{written}:{scope}:{scope_id}:{resource_group_id or ''}:{range_name}:"
            f"{int(end.timestamp())}")
-    body = cache.get(key)
+    body = _recent.get(key)
     if body is None:
-        body = encode(series(scope=scope, scope_id=scope_id, range_name=range_name,
-                             resource_group_id=resource_group_id, now=end))
-        cache.set(key, body, keep)
+        body = cache.get(key)
+        if body is None:
+            body = encode(series(scope=scope, scope_id=scope_id, range_name=range_name,
+                                 resource_group_id=resource_group_id, now=end))
+            cache.set(key, body, keep)
+        if len(_recent) >= RECENT:
+            _recent.clear()  # their keys name a minute gone or a generation since written over
+        _recent[key] = bytes(body)
     return bytes(body)
 
 
