@@ -15,6 +15,7 @@ last 2 days, 15-minute rows to 60 days, day rows to a year. Then three measureme
    each process's memory); nothing is written meanwhile, so all but the first read of each
    minute are served from it. The same chart is then read with the cache off
    (LATTICE_USAGE_SERIES_CACHE_SECONDS=0): what a read costs when a sample was written since.
+   Between them, /healthz/live through the same servers: the floor any request costs there.
 2. A tenant's 30-day chart, first with one tenant holding 30 days of history, then after the
    table has grown to a year of history for 1,000 tenants (8.7 million rows; 20 tenants with
    --quick): the second p99 and CPU per request at most 1.5x the first (the read must cost the
@@ -192,6 +193,8 @@ def charts(args: argparse.Namespace, url: str, ctx: dict) -> tuple[dict, dict, d
     print(f"30 days for the group and one tenant: {rows:,} rows ({time.perf_counter() - t0:.0f} s)")
     group_path = [f"/api/v1/usage/series/?scope=group&name={group.name}&range=30d"]
     group_chart = chart_p99(env, tokens, group_path, args.seconds, args.repeats, "group 30-day chart")
+    # The probe: what any request through the same servers and clients costs (no auth, no query).
+    chart_p99(env, tokens, ["/healthz/live"], args.seconds, args.repeats, "probe: /healthz/live")
     # Every read afresh, as when a sample is written before each: the read itself, uncached.
     fresh = {**env, "LATTICE_USAGE_SERIES_CACHE_SECONDS": "0"}
     group_fresh = chart_p99(fresh, tokens, group_path, args.seconds, args.repeats, "group 30-day chart, uncached")
