@@ -16,9 +16,9 @@ transaction (a statement trigger, migration 0021: the sampler, the folding, anyt
 for ``LATTICE_USAGE_SERIES_CACHE_SECONDS`` at most (0: never cached). The
 generation is read before the rows, so an answer is never kept under a generation older than
 the rows it was read from; a sample written since is in the next answer at once. Each process
-also keeps its latest answers by the same keys in its memory, in front of the shared cache. Callers check
-who may read the scope before asking (the cached answer is per scope, not per reader). SQLite
-has no trigger and reads afresh each time.
+also keeps its latest answers by the same keys in its memory, in front of the shared cache.
+Callers check who may read the scope before asking (the cached answer is per scope, not per
+reader). SQLite has no trigger and reads afresh each time.
 """
 
 from __future__ import annotations
