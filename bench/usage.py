@@ -241,6 +241,9 @@ def report(args: argparse.Namespace, measured: tuple[dict, dict, dict, dict] | N
     rows = []
     if measured is not None:
         group_chart, group_fresh, small, large = measured
+        # No goal of its own (the goal table holds goals only): what a read after a new sample costs.
+        print(f"\nthe group chart read afresh each time: {repeats_text(group_fresh['cpu'], 1e3, ' ms', 2)} of the "
+              f"servers' CPU per request, p99 {repeats_text(group_fresh['p99'], 1e3, ' ms', 1)}")
         growth_wall = min_median(large["p99"])[1] / min_median(small["p99"])[1]
         growth_cpu = min_median(large["cpu"])[1] / min_median(small["cpu"])[1]
         rows += [
@@ -249,9 +252,6 @@ def report(args: argparse.Namespace, measured: tuple[dict, dict, dict, dict] | N
              repeats_text(group_chart["p99"], 1e3, " ms", 1),
              verdict(min_median(group_chart["p99"])[1] * 1e3 <= GOAL_P99_MS,
                      min(group_chart["samples"]) >= MIN_SAMPLES_P99)),
-            ("(the same chart read afresh each time: no goal, the cost of a read after a new sample)",
-             repeats_text(group_fresh["cpu"], 1e3, " ms", 2) + " per request",
-             repeats_text(group_fresh["p99"], 1e3, " ms", 1), "-"),
             (f"tenant 30-day chart, {args.tenants:,} tenants with a year <= {GOAL_GROWTH}x one with 30 days",
              f"{growth_cpu:.2f}x ({repeats_text(small['cpu'], 1e3, ' ms', 2)} and "
              f"{repeats_text(large['cpu'], 1e3, ' ms', 2)} per request)",
