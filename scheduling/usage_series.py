@@ -8,21 +8,41 @@ On PostgreSQL the re-bucketing is one grouped query (a 30-day range returns some
 not the 5,000 minute and 15-minute rows behind them) and the preemptions, a JSON object per
 row, are read only from the rows that have any; elsewhere (SQLite, the embedded demo) the rows
 are merged here. Both give the same numbers (tests/scheduling/test_usage_series.py).
+
+``series_json`` serves a chart its answer encoded, from Django's cache (Redis when ``REDIS_URL``
+is set, else each process's memory) while it is still exact: the key holds the minute the range
+ends at and the series' generation, which every write to the stored rows sets in the same
+transaction (a statement trigger, migration 0021: the sampler, the folding, anything else),
+for ``LATTICE_USAGE_SERIES_CACHE_SECONDS`` at most (0: never cached). The
+generation is read before the rows, so an answer is never kept under a generation older than
+the rows it was read from; a sample written since is in the next answer at once. Each process
+also keeps its latest answers by the same keys in its memory, in front of the shared cache.
+Callers check who may read the scope before asking (the cached answer is per scope, not per
+reader). SQLite has no trigger and reads afresh each time.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
+from django.core.cache import cache
 from django.db import connection
 from django.utils import timezone
 
+from scheduling.models import MetricRollup
 from scheduling.models.usage import UsageSample, UsageScope
 from scheduling.usage import COUNTERS, GAUGES, floor_to
 from scheduling.usage_fold import merge
 
+GENERATION = "usage:generation"  # the MetricRollup key the trigger sets (migration 0021)
+# This process's latest answers, by the same keys: the key alone says an answer is still exact,
+# so a hit skips the shared cache's round trip (and Django building a Redis client per call).
+_recent: dict[str, bytes] = {}
+RECENT = 64
 RANGES = {"1h": (timedelta(hours=1), 60), "24h": (timedelta(hours=24), 900), "7d": (timedelta(days=7), 3600),
           "30d": (timedelta(days=30), 4 * 3600)}
 
@@ -87,6 +107,41 @@ def series(*, scope: str, scope_id: int, range_name: str, resource_group_id: int
     reasons = sorted({r for cell in built.values() for r in cell.get("preemptions", {})})
     out["preemptions"] = {r: [built.get(s, {}).get("preemptions", {}).get(r, 0) for s in starts] for r in reasons}
     return out
+
+
+def generation() -> int | None:
+    """The number the latest write to the stored series took; None where no trigger keeps it."""
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT value FROM {MetricRollup._meta.db_table} WHERE key = %s", [GENERATION])
+        row = cur.fetchone()
+    return int(row[0]) if row is not None else None
+
+
+def series_json(*, scope: str, scope_id: int, range_name: str, resource_group_id: int | None,
+                encode: Callable[[dict[str, Any]], bytes]) -> bytes:
+    """``series()`` for now, encoded by ``encode``: from the cache when nothing was written to the
+    series since it was read in this same minute, else read and kept. Check the reader first."""
+    keep = settings.LATTICE_USAGE_SERIES_CACHE_SECONDS  # an answer is good for its minute at most anyway
+    written = generation() if keep else None  # before the rows: what is read next is at least this new
+    end = floor_to(timezone.now(), 60)
+    if written is None:
+        return encode(series(scope=scope, scope_id=scope_id, range_name=range_name,
+                             resource_group_id=resource_group_id, now=end))
+    key = (f"usage-series:{written}:{scope}:{scope_id}:{resource_group_id or ''}:{range_name}:"
+           f"{int(end.timestamp())}")
+    body = _recent.get(key)
+    if body is None:
+        body = cache.get(key)
+        if body is None:
+            body = encode(series(scope=scope, scope_id=scope_id, range_name=range_name,
+                                 resource_group_id=resource_group_id, now=end))
+            cache.set(key, body, keep)
+        if len(_recent) >= RECENT:
+            _recent.clear()  # their keys name a minute gone or a generation since written over
+        _recent[key] = bytes(body)
+    return bytes(body)
 
 
 SCOPES = {"group": UsageScope.GROUP.value, "vcluster": UsageScope.VCLUSTER.value, "tenant": UsageScope.TENANT.value}

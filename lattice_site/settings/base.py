@@ -160,6 +160,8 @@ CACHES = ({"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
           {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}})
 # Start estimates assume work without a walltime runs this long.
 LATTICE_ESTIMATE_DEFAULT_WALLTIME_MINUTES = env.int("LATTICE_ESTIMATE_DEFAULT_WALLTIME_MINUTES", 240)
+# How long a chart's answer is kept while no sample is written (scheduling/usage_series.py); 0: never.
+LATTICE_USAGE_SERIES_CACHE_SECONDS = env.int("LATTICE_USAGE_SERIES_CACHE_SECONDS", 120, minimum=0)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

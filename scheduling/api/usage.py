@@ -11,7 +11,7 @@ import io
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -167,7 +167,7 @@ class SeriesQuery(serializers.Serializer):
 class UsageSeriesView(FormatChecked):
     @extend_schema(parameters=[SeriesQuery], responses={200: OpenApiTypes.OBJECT},
                    summary="A usage series for charts: GPUs used, held, borrowed, free, pending, preemptions")
-    def get(self, request: Request) -> Response:
+    def get(self, request: Request) -> HttpResponse:
         """Operators read every scope; a tenant's members read their tenant's series."""
         query = SeriesQuery(data=request.query_params, context={"user": request.user})
         query.is_valid(raise_exception=True)
@@ -176,7 +176,11 @@ class UsageSeriesView(FormatChecked):
         if not is_operator(request.user) and not (params["scope"] == "tenant" and target.pk in tenant_ids(request.user)):
             raise PermissionDenied("operators only, or a tenant's own series")
         group = params["group"]
-        body = usage_series.series(scope=usage_series.SCOPES[params["scope"]], scope_id=target.pk,
-                                   range_name=params["range"],
-                                   resource_group_id=group.pk if group is not None else None)
-        return Response(body)
+        where = {"scope": usage_series.SCOPES[params["scope"]], "scope_id": target.pk, "range_name": params["range"],
+                 "resource_group_id": group.pk if group is not None else None}
+        renderer = request.accepted_renderer
+        if not isinstance(renderer, JSONRenderer) or renderer.get_indent(request.accepted_media_type, {}) is not None:
+            return Response(usage_series.series(**where))  # the browsable API, indented JSON
+        # Only now, the reader checked: the answer encoded as the renderer would, cached per scope.
+        body = usage_series.series_json(**where, encode=renderer.render)
+        return HttpResponse(body, content_type=renderer.media_type)
