@@ -90,10 +90,6 @@ class Cluster:
     def _build(self, nodes: Iterable[Node], running: list[Allocation], tenants: Iterable[Tenant],
                vclusters: Iterable[VCluster], session_types: Iterable[SessionType], use_vclusters: bool) -> None:
         node_list = sorted(nodes, key=attrgetter("name"))
-        self.nodes: dict[str, Node] = {n.name: n for n in node_list}
-        self.node_names: list[str] = [n.name for n in node_list]
-        self.node_index: dict[str, int] = {name: i for i, name in enumerate(self.node_names)}
-        capacities = list(map(attrgetter("capacity"), node_list))
         # Each allocation's placement with its nodes in name order (the order of its entries), and
         # the amounts of every entry in that order: read once, for the resources and the entries.
         placements = list(map(attrgetter("placement"), running))
@@ -101,18 +97,53 @@ class Cluster:
         for s in np.flatnonzero(n_nodes_of > 1).tolist():
             placements[s] = dict(sorted(placements[s].items()))
         amounts = list(chain.from_iterable(map(dict.values, placements)))
+        self._build_nodes(node_list, amounts)
+        self._build_vclusters(node_list, vclusters, use_vclusters)
+        self._build_tenants_and_types(tenants, session_types)
+
+        self.user_index: dict[str | None, int] = {}
+        self._init_slots(max(16, len(running)), len(self.res_names))
+        self._init_entries(max(16, len(amounts)), len(self.res_names))
+        self.version = 0
+        self.state_version = 0  # bumped by state-only changes, which leave cached values in place
+        self._cache: dict[Any, Any] = {}
+        # Values kept across allocation changes and patched on the nodes those touched (``kept``):
+        # the nodes each add/remove touched, in order, and a version of everything else.
+        self._node_log: list[int] = []
+        self._log_base = 0  # what _node_log[0] is the position of
+        self.struct_version = 0
+        self._kept: dict[Any, tuple[int, int, Any]] = {}
+        ids = list(map(attrgetter("id"), running))
+        slot_of = dict(zip(ids, range(len(ids)), strict=True))
+        if len(slot_of) == len(running):
+            self._add_all(running, ids, slot_of)
+            self._add_all_entries(placements, n_nodes_of, amounts)
+        else:  # a repeated id replaces the earlier allocation, as add() does
+            for a in running:
+                self.add(a)
+
+    def _build_nodes(self, node_list: list[Node], amounts: list[dict[str, float]]) -> None:
+        """The node columns, and the resources: every name a node has or an allocation holds."""
+        self.nodes: dict[str, Node] = {n.name: n for n in node_list}
+        self.node_names: list[str] = [n.name for n in node_list]
+        self.node_index: dict[str, int] = {name: i for i, name in enumerate(self.node_names)}
+        capacities = list(map(attrgetter("capacity"), node_list))
         self.res_names: list[str] = sorted({"gpu"}.union(*capacities, *amounts))
         self.res_index: dict[str, int] = {r: i for i, r in enumerate(self.res_names)}
         n_nodes, n_res = len(node_list), len(self.res_names)
         self.cap: FArr = np.zeros((n_nodes, n_res))
         for r, name in enumerate(self.res_names):
-            self.cap[:, r] = np.fromiter(map(dict.get, capacities, repeat(name), repeat(0.0)), np.float64, count=n_nodes)
+            self.cap[:, r] = np.fromiter(map(dict.get, capacities, repeat(name), repeat(0.0)), np.float64,
+                                         count=n_nodes)
         self.used: FArr = np.zeros((n_nodes, n_res))
         self.count: IArr = np.zeros(n_nodes, dtype=np.int64)
         self.ready: BArr = np.fromiter(map(eq, map(attrgetter("state"), node_list), repeat("ready")), bool,
-                                         count=n_nodes)
+                                       count=n_nodes)
         self.total: FArr = self.cap.sum(axis=0) if n_nodes else np.zeros(n_res)
 
+    def _build_vclusters(self, node_list: list[Node], vclusters: Iterable[VCluster], use_vclusters: bool) -> None:
+        """The vClusters' columns and each node's home and borrower."""
+        n_nodes = len(node_list)
         self.use_vclusters = use_vclusters
         vcs = list(vclusters) if use_vclusters else []
         self.vclusters: dict[str, VCluster] = {v.name: v for v in vcs}
@@ -132,13 +163,15 @@ class Cluster:
         lent = (self.node_vc >= 0) & (self.node_bb >= 0)
         self.vc_lent: IArr = np.bincount(self.node_vc[lent], minlength=len(vcs))
 
+    def _build_tenants_and_types(self, tenants: Iterable[Tenant], session_types: Iterable[SessionType]) -> None:
+        """The tenants' and the session types' columns."""
         self.tenants: dict[str, Tenant] = {t.name: t for t in tenants}
         # When the group last started work by preemption (fair_share's backoff); None: never.
         self.last_preemption_at: float | None = None
         self.tenant_index: dict[str | None, int] = {}
         self.t_fair: FArr = np.zeros(0)
         self.t_burst: BArr = np.zeros(0, dtype=bool)
-        self.t_used: FArr = np.zeros((0, n_res))
+        self.t_used: FArr = np.zeros((0, len(self.res_names)))
         for t in self.tenants.values():
             self._tenant(t.name)
 
@@ -153,27 +186,6 @@ class Cluster:
         # -1: the type sets no max_preemptions_per_job (the policy's applies)
         self.st_maxp: IArr = np.array([-1 if s.max_preemptions_per_job is None else s.max_preemptions_per_job
                                        for s in all_st], dtype=np.int64)
-
-        self.user_index: dict[str | None, int] = {}
-        self._init_slots(max(16, len(running)), n_res)
-        self._init_entries(max(16, len(amounts)), n_res)
-        self.version = 0
-        self.state_version = 0  # bumped by state-only changes, which leave cached values in place
-        self._cache: dict[Any, Any] = {}
-        # Values kept across allocation changes and patched on the nodes those touched (``kept``):
-        # the nodes each add/remove touched, in order, and a version of everything else.
-        self._node_log: list[int] = []
-        self._log_base = 0  # what _node_log[0] is the position of
-        self.struct_version = 0
-        self._kept: dict[Any, tuple[int, int, Any]] = {}
-        ids = list(map(attrgetter("id"), running))
-        slot_of = dict(zip(ids, range(len(ids)), strict=True))
-        if len(slot_of) == len(running):
-            self._add_all(running, ids, slot_of)
-            self._add_all_entries(placements, n_nodes_of, amounts)
-        else:  # a repeated id replaces the earlier allocation, as add() does
-            for a in running:
-                self.add(a)
 
     # -- indexes -----------------------------------------------------------------
     def _vc(self, name: str | None) -> int:
