@@ -16,14 +16,15 @@ import gc
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from itertools import repeat
-from operator import attrgetter, methodcaller
+from itertools import chain, repeat
+from operator import attrgetter, eq
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from .model import DEFAULT_SESSION_TYPE, Allocation, Node, SessionType, Tenant, VCluster
+from .slot_entries import SlotEntries
 
 EPS = 1e-9
 FArr = npt.NDArray[np.float64]
@@ -38,6 +39,7 @@ CACHE_KEYS = 64  # cached values per snapshot; one decision uses about fifteen
 ID_WIDTH = 128  # characters of an id the snapshot keeps
 ID_START_WIDTH = 16
 KEPT_PATCH_NODES = 256  # node changes past which a kept value is built again, not patched
+NAN_FOR_NONE: dict[Any, float] = {None: math.nan}  # .get(v, v): NaN for None, else v
 
 
 NO_KEY = -1  # an id without an integer key (see _id_key)
@@ -53,10 +55,11 @@ def _id_key(ident: str) -> int:
     return int.from_bytes(ident.encode("ascii").ljust(8, b"\0"), "big")
 
 
-def _id_keys(ids: list[str]) -> IArr | list[int]:
-    """``_id_key`` of each id; at once (as 8-byte big-endian integers) when every id qualifies."""
+def _id_keys(ids: list[str], longest: int) -> IArr | list[int]:
+    """``_id_key`` of each id (the longest ``longest`` characters); at once (as 8-byte big-endian
+    integers) when every id qualifies."""
     joined = "".join(ids)
-    if ids and max(map(len, ids)) <= 8 and joined.isascii() and "\0" not in joined:
+    if ids and longest <= 8 and joined.isascii() and "\0" not in joined:
         keys: IArr = np.array(ids, dtype="S8").view(">u8").astype(np.int64)
         return keys
     return [_id_key(i) for i in ids]
@@ -73,32 +76,74 @@ class Cluster:
         *,
         use_vclusters: bool = True,
     ) -> None:
-        running = list(running)
-        node_list = sorted(nodes, key=lambda n: n.name)
+        # Building makes lists, dicts and arrays by the hundred thousand and no cycles: the
+        # collector, which would walk every object of the process again and again meanwhile, waits
+        # until the end.
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            self._build(nodes, list(running), tenants, vclusters, session_types, use_vclusters)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _build(self, nodes: Iterable[Node], running: list[Allocation], tenants: Iterable[Tenant],
+               vclusters: Iterable[VCluster], session_types: Iterable[SessionType], use_vclusters: bool) -> None:
+        node_list = sorted(nodes, key=attrgetter("name"))
+        # Each allocation's placement with its nodes in name order (the order of its entries), and
+        # the amounts of every entry in that order: read once, for the resources and the entries.
+        placements = list(map(attrgetter("placement"), running))
+        n_nodes_of = np.fromiter(map(len, placements), np.int64, count=len(placements))
+        for s in np.flatnonzero(n_nodes_of > 1).tolist():
+            placements[s] = dict(sorted(placements[s].items()))
+        amounts = list(chain.from_iterable(map(dict.values, placements)))
+        self._build_nodes(node_list, amounts)
+        self._build_vclusters(node_list, vclusters, use_vclusters)
+        self._build_tenants_and_types(tenants, session_types)
+
+        self.user_index: dict[str | None, int] = {}
+        self._init_slots(max(16, len(running)), len(self.res_names))
+        self._init_entries(max(16, len(amounts)), len(self.res_names))
+        self.version = 0
+        self.state_version = 0  # bumped by state-only changes, which leave cached values in place
+        self._cache: dict[Any, Any] = {}
+        # Values kept across allocation changes and patched on the nodes those touched (``kept``):
+        # the nodes each add/remove touched, in order, and a version of everything else.
+        self._node_log: list[int] = []
+        self._log_base = 0  # what _node_log[0] is the position of
+        self.struct_version = 0
+        self._kept: dict[Any, tuple[int, int, Any]] = {}
+        ids = list(map(attrgetter("id"), running))
+        slot_of = dict(zip(ids, range(len(ids)), strict=True))
+        if len(slot_of) == len(running):
+            self._add_all(running, ids, slot_of)
+            self._add_all_entries(placements, n_nodes_of, amounts)
+        else:  # a repeated id replaces the earlier allocation, as add() does
+            for a in running:
+                self.add(a)
+
+    def _build_nodes(self, node_list: list[Node], amounts: list[dict[str, float]]) -> None:
+        """The node columns, and the resources: every name a node has or an allocation holds."""
         self.nodes: dict[str, Node] = {n.name: n for n in node_list}
         self.node_names: list[str] = [n.name for n in node_list]
         self.node_index: dict[str, int] = {name: i for i, name in enumerate(self.node_names)}
-        res: set[str] = {"gpu"}
-        for n in node_list:
-            res.update(n.capacity)
-        n_entries = 0  # counted in the same walk as the resources: one pass over the allocations
-        for a in running:
-            placement = a.placement
-            n_entries += len(placement)
-            for held in placement.values():
-                res.update(held)
-        self.res_names: list[str] = sorted(res)
+        capacities = list(map(attrgetter("capacity"), node_list))
+        self.res_names: list[str] = sorted({"gpu"}.union(*capacities, *amounts))
         self.res_index: dict[str, int] = {r: i for i, r in enumerate(self.res_names)}
         n_nodes, n_res = len(node_list), len(self.res_names)
         self.cap: FArr = np.zeros((n_nodes, n_res))
-        for i, n in enumerate(node_list):
-            for r, amount in n.capacity.items():
-                self.cap[i, self.res_index[r]] = amount
+        for r, name in enumerate(self.res_names):
+            self.cap[:, r] = np.fromiter(map(dict.get, capacities, repeat(name), repeat(0.0)), np.float64,
+                                         count=n_nodes)
         self.used: FArr = np.zeros((n_nodes, n_res))
         self.count: IArr = np.zeros(n_nodes, dtype=np.int64)
-        self.ready: BArr = np.array([n.state == "ready" for n in node_list], dtype=bool)
+        self.ready: BArr = np.fromiter(map(eq, map(attrgetter("state"), node_list), repeat("ready")), bool,
+                                       count=n_nodes)
         self.total: FArr = self.cap.sum(axis=0) if n_nodes else np.zeros(n_res)
 
+    def _build_vclusters(self, node_list: list[Node], vclusters: Iterable[VCluster], use_vclusters: bool) -> None:
+        """The vClusters' columns and each node's home and borrower."""
+        n_nodes = len(node_list)
         self.use_vclusters = use_vclusters
         vcs = list(vclusters) if use_vclusters else []
         self.vclusters: dict[str, VCluster] = {v.name: v for v in vcs}
@@ -109,19 +154,24 @@ class Cluster:
         self.vc_service: BArr = np.array([v.type == "service" for v in vcs] + [False], dtype=bool)
         # Work outside any vCluster (the last entry) may be taken by aggressive preemption.
         self.vc_aggressive: BArr = np.array([v.allow_aggressive_preemption for v in vcs] + [True], dtype=bool)
-        self.node_vc: IArr = np.array([self._vc(n.vcluster) for n in node_list], dtype=np.int64)
-        self.node_bb: IArr = np.array([self._vc(n.borrowed_by) for n in node_list], dtype=np.int64)
+        vc_of = self.vc_index.get  # what _vc gives, for every node at once (None is no name there)
+        self.node_vc: IArr = np.fromiter(map(vc_of, map(attrgetter("vcluster"), node_list), repeat(NO_VC)),
+                                         np.int64, count=n_nodes)
+        self.node_bb: IArr = np.fromiter(map(vc_of, map(attrgetter("borrowed_by"), node_list), repeat(NO_VC)),
+                                         np.int64, count=n_nodes)
         self.vc_home_count: IArr = np.bincount(self.node_vc[self.node_vc >= 0], minlength=len(vcs))
         lent = (self.node_vc >= 0) & (self.node_bb >= 0)
         self.vc_lent: IArr = np.bincount(self.node_vc[lent], minlength=len(vcs))
 
+    def _build_tenants_and_types(self, tenants: Iterable[Tenant], session_types: Iterable[SessionType]) -> None:
+        """The tenants' and the session types' columns."""
         self.tenants: dict[str, Tenant] = {t.name: t for t in tenants}
         # When the group last started work by preemption (fair_share's backoff); None: never.
         self.last_preemption_at: float | None = None
         self.tenant_index: dict[str | None, int] = {}
         self.t_fair: FArr = np.zeros(0)
         self.t_burst: BArr = np.zeros(0, dtype=bool)
-        self.t_used: FArr = np.zeros((0, n_res))
+        self.t_used: FArr = np.zeros((0, len(self.res_names)))
         for t in self.tenants.values():
             self._tenant(t.name)
 
@@ -136,34 +186,6 @@ class Cluster:
         # -1: the type sets no max_preemptions_per_job (the policy's applies)
         self.st_maxp: IArr = np.array([-1 if s.max_preemptions_per_job is None else s.max_preemptions_per_job
                                        for s in all_st], dtype=np.int64)
-
-        self.user_index: dict[str | None, int] = {}
-        self._init_slots(max(16, len(running)), n_res)
-        self._init_entries(max(16, n_entries), n_res)
-        self.version = 0
-        self.state_version = 0  # bumped by state-only changes, which leave cached values in place
-        self._cache: dict[Any, Any] = {}
-        # Values kept across allocation changes and patched on the nodes those touched (``kept``):
-        # the nodes each add/remove touched, in order, and a version of everything else.
-        self._node_log: list[int] = []
-        self._log_base = 0  # what _node_log[0] is the position of
-        self.struct_version = 0
-        self._kept: dict[Any, tuple[int, int, Any]] = {}
-        ids = list(map(attrgetter("id"), running))
-        slot_of = dict(zip(ids, range(len(ids)), strict=True))
-        if len(slot_of) == len(running):
-            # Building makes a list per allocation and no cycles: the collector, which would walk
-            # every object of the process again and again meanwhile, waits until the end.
-            paused = gc.isenabled()
-            gc.disable()
-            try:
-                self._add_all(running, ids, slot_of)
-            finally:
-                if paused:
-                    gc.enable()
-        else:  # a repeated id replaces the earlier allocation, as add() does
-            for a in running:
-                self.add(a)
 
     # -- indexes -----------------------------------------------------------------
     def _vc(self, name: str | None) -> int:
@@ -217,7 +239,7 @@ class Cluster:
         self.a_first_gpu = np.zeros(size)
         self.a_on_borrowed = np.zeros(size, dtype=bool)
         self.a_borrow_home = np.full(size, NO_VC, dtype=np.int64)
-        self.a_entries: dict[int, list[int]] = {}
+        self.a_entries = SlotEntries()
 
     _SLOT_ARRAYS = ("alive", "a_ids", "a_idkey", "a_class", "a_prio", "a_running", "a_start", "a_wall", "a_ckpt",
                     "a_ckpt_min", "a_last_ckpt", "a_sens", "a_prot", "a_preemptible", "a_jobtypes",
@@ -354,6 +376,15 @@ class Cluster:
         self.a_borrow_home[slot] = borrow_home
         self.version += 1
 
+    def _put(self, name: str, n: int, values: Any) -> None:
+        """Slot column ``name``'s first ``n`` values (a fresh snapshot's): the column becomes the
+        values themselves when it holds just as many, not a copy of them written into the zeroed one."""
+        column = getattr(self, name)
+        if len(column) == n and isinstance(values, np.ndarray):
+            setattr(self, name, values.astype(column.dtype, copy=False))
+        else:  # (a list is converted faster by writing it into an array than by np.asarray)
+            column[:n] = values
+
     def _add_all(self, running: list[Allocation], ids: list[str], slot_of: dict[str, int]) -> None:
         """What ``add`` does for each of ``running`` (distinct ids, and their slots) into a fresh
         snapshot, one column at a time: a 500,000-allocation snapshot without 500,000 calls of
@@ -366,94 +397,84 @@ class Cluster:
         longest = max(map(len, ids), default=0)
         if longest > ID_START_WIDTH:
             self.a_ids = self.a_ids.astype(f"U{min(ID_WIDTH, longest)}")
-        self.a_ids[:n] = ids
-        self.a_idkey[:n] = _id_keys(ids)
+        self._put("a_ids", n, ids)
+        self._put("a_idkey", n, _id_keys(ids, longest))
         # Plain fields read in C (attrgetter through fromiter), not by a comprehension each.
         def column(name: str, dtype: Any) -> Any:
             return np.fromiter(map(attrgetter(name), running), dtype=dtype, count=n)
 
         def nullable(name: str) -> FArr:  # None: NaN
-            return np.array(list(map(attrgetter(name), running)), dtype=np.float64)
+            values = list(map(attrgetter(name), running))
+            if values.count(None) == n:  # often so (no checkpoint yet, no protection, no rank of its own)
+                return np.full(n, np.nan)
+            return np.fromiter(map(NAN_FOR_NONE.get, values, values), np.float64, count=n)
 
-        self.a_class[:n] = column("preemption_class", np.int64)
-        self.a_prio[:n] = column("priority", np.int64)
-        self.a_running[:n] = np.fromiter(map("running".__eq__, map(attrgetter("state"), running)), bool, count=n)
-        self.a_start[:n] = nullable("started_at")
-        self.a_wall[:n] = nullable("walltime_minutes")
-        self.a_ckpt[:n] = list(map(CHECKPOINT_CODE.__getitem__, map(attrgetter("checkpoint"), running)))
-        self.a_ckpt_min[:n] = column("checkpoint_minutes", np.float64)
-        self.a_last_ckpt[:n] = nullable("last_checkpoint_at")
-        self.a_sens[:n] = column("sensitive", bool) | (self.a_class[:n] == 10)
+        self._put("a_class", n, column("preemption_class", np.int64))
+        self._put("a_prio", n, column("priority", np.int64))
+        self._put("a_running", n, np.fromiter(map("running".__eq__, map(attrgetter("state"), running)), bool, count=n))
+        self._put("a_start", n, nullable("started_at"))
+        self._put("a_wall", n, nullable("walltime_minutes"))
+        self._put("a_ckpt", n, list(map(CHECKPOINT_CODE.__getitem__, map(attrgetter("checkpoint"), running))))
+        self._put("a_ckpt_min", n, column("checkpoint_minutes", np.float64))
+        self._put("a_last_ckpt", n, nullable("last_checkpoint_at"))
+        self._put("a_sens", n, column("sensitive", bool) | (self.a_class[:n] == 10))
         until = nullable("protected_until")
-        self.a_prot[:n] = np.where(np.isnan(until), -np.inf, until)
-        self.a_preemptible[:n] = column("preemptible", bool)
-        self.a_jobtypes[:n] = (JOBTYPE_BIT["exclusive"] * column("exclusive", np.int64)
+        self._put("a_prot", n, np.where(np.isnan(until), -np.inf, until))
+        self._put("a_preemptible", n, column("preemptible", bool))
+        self._put("a_jobtypes", n, (JOBTYPE_BIT["exclusive"] * column("exclusive", np.int64)
                                + JOBTYPE_BIT["forced"] * column("forced", np.int64)
-                               + JOBTYPE_BIT["backfill"] * column("backfill", np.int64))
-        self.a_pcount[:n] = column("preempted_count", np.int64)
+                               + JOBTYPE_BIT["backfill"] * column("backfill", np.int64)))
+        self._put("a_pcount", n, column("preempted_count", np.int64))
         tenant = list(map(attrgetter("tenant"), running))
         tenants = {t: self._tenant(t) for t in dict.fromkeys(tenant)}  # indices in order of arrival
-        self.a_tenant[:n] = list(map(tenants.__getitem__, tenant))
+        self._put("a_tenant", n, list(map(tenants.__getitem__, tenant)))
         user = list(map(attrgetter("user"), running))
         users = {u: self._user(u) for u in dict.fromkeys(user)}
-        self.a_user[:n] = list(map(users.__getitem__, user))
+        self._put("a_user", n, list(map(users.__getitem__, user)))
         vcl = list(map(attrgetter("vcluster"), running))
         vcs = {v: self._vc(v) for v in dict.fromkeys(vcl)}
-        self.a_vc[:n] = list(map(vcs.__getitem__, vcl))
+        self._put("a_vc", n, list(map(vcs.__getitem__, vcl)))
         st_of: dict[str | None, int] = {name: i for name, i in self.st_index.items()}
         st_of[None] = self.st_index.get("", self.st_default)  # no session type: looked up as ""
-        self.a_st[:n] = list(map(st_of.get, map(attrgetter("session_type"), running), repeat(self.st_default, n)))
+        self._put("a_st", n, list(map(st_of.get, map(attrgetter("session_type"), running), repeat(self.st_default, n))))
         own_rank = nullable("rank")
-        self.a_rank[:n] = np.where(np.isnan(own_rank), self.st_rank[self.a_st[:n]], own_rank).astype(np.int64)
-        placement = list(map(attrgetter("placement"), running))
-        self._add_all_entries(n, placement)
+        self._put("a_rank", n, np.where(np.isnan(own_rank), self.st_rank[self.a_st[:n]], own_rank).astype(np.int64))
         self.version += n
 
-    def _add_all_entries(self, n: int, placements: list[dict[str, dict[str, float]]]) -> None:
-        e_slot: list[int] = []
-        e_node: list[int] = []
-        held: list[dict[str, float]] = []
-        first_gpu: list[float] = []
-        index = self.node_index
-        for slot, placement in enumerate(placements):
-            if len(placement) == 1:  # most allocations hold one node: no sort, no inner loop
-                for name, amounts in placement.items():
-                    first_gpu.append(amounts.get("gpu", 0.0) or 1.0)
-                    e_slot.append(slot)
-                    e_node.append(index[name])
-                    held.append(amounts)
-                continue
-            names = sorted(placement)
-            first_gpu.append((placement[names[0]].get("gpu", 0.0) if names else 0.0) or 1.0)
-            for name in names:
-                e_slot.append(slot)
-                e_node.append(index[name])
-                held.append(placement[name])
-        m = len(e_slot)
-        slots, nodes = np.array(e_slot, dtype=np.int64), np.array(e_node, dtype=np.int64)
+    def _add_all_entries(self, placements: list[dict[str, dict[str, float]]], n_nodes_of: IArr,
+                         amounts: list[dict[str, float]]) -> None:
+        """The entries of a fresh snapshot's allocations (``placements``, each with its nodes in name
+        order, ``n_nodes_of`` nodes; ``amounts``: every entry's, in that order), a column at a time."""
+        n, m = len(placements), len(amounts)
+        slots = np.repeat(np.arange(n, dtype=np.int64), n_nodes_of)
+        nodes = np.fromiter(map(self.node_index.__getitem__, chain.from_iterable(placements)), np.int64, count=m)
         self.e_alloc[:m], self.e_node[:m], self.e_alive[:m] = slots, nodes, True
         for r, name in enumerate(self.res_names):
-            self.e_res[:m, r] = np.fromiter(map(methodcaller("get", name, 0.0), held), np.float64, count=m)
+            self.e_res[:m, r] = np.fromiter(map(dict.get, amounts, repeat(name), repeat(0.0)), np.float64, count=m)
             self.used[:, r] += np.bincount(nodes, weights=self.e_res[:m, r], minlength=len(self.node_names))
             self.a_held[:n, r] = np.bincount(slots, weights=self.e_res[:m, r], minlength=n)
         self.count += np.bincount(nodes, minlength=len(self.node_names))
         self._next_entry = m
-        bounds = np.searchsorted(slots, np.arange(n + 1)).tolist()
-        entries = list(range(m))
-        self.a_entries = dict(enumerate(map(entries.__getitem__, map(slice, bounds[:-1], bounds[1:]))))
-        self.a_nnodes[:n] = np.diff(bounds)
-        self.a_first_gpu[:n] = first_gpu
+        bounds = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(n_nodes_of, out=bounds[1:])
+        self.a_entries = SlotEntries(bounds.tolist())
+        self._put("a_nnodes", n, n_nodes_of)
+        # The GPUs on its first node (in name order); none, or no placement: 1.
+        first = np.zeros(n)
+        placed = n_nodes_of > 0
+        first[placed] = self.e_res[bounds[:-1][placed], self.res_index["gpu"]]
+        self._put("a_first_gpu", n, np.where(first == 0.0, 1.0, first))
         for r in range(len(self.res_names)):
             self.t_used[:, r] += np.bincount(self.a_tenant[:n], weights=self.a_held[:n, r],
                                              minlength=len(self.t_used))
         vc, home = self.a_vc[:n][slots], self.node_vc[nodes]
-        self.a_on_borrowed[:n] = np.bincount(slots[(home != NO_VC) & (home != vc)], minlength=n) > 0
+        self._put("a_on_borrowed", n, np.bincount(slots[(home != NO_VC) & (home != vc)], minlength=n) > 0)
         lent = (vc != NO_VC) & (home != NO_VC) & (self.node_bb[nodes] == vc)
         hi = np.full(n, NO_VC, dtype=np.int64)
         lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
         np.maximum.at(hi, slots[lent], home[lent])
         np.minimum.at(lo, slots[lent], home[lent])
-        self.a_borrow_home[:n] = np.where(hi == NO_VC, NO_VC, np.where(hi == lo, hi, MIXED))
+        self._put("a_borrow_home", n, np.where(hi == NO_VC, NO_VC, np.where(hi == lo, hi, MIXED)))
 
     def remove(self, alloc_id: str) -> Allocation | None:
         slot = self.slot_of.pop(alloc_id, None)
