@@ -52,7 +52,7 @@ def test_the_loops_own_connection_writes_and_is_closed_when_the_loop_ends(node_g
 
     async def beat() -> tuple[list[bool], int]:
         batcher = heartbeats.batcher()
-        accepted = await asyncio.gather(batcher.submit(node_gpu_a.pk, 3), batcher.submit(node_gpu_a.pk, 2))
+        accepted = list(await asyncio.gather(batcher.submit(node_gpu_a.pk, 3), batcher.submit(node_gpu_a.pk, 2)))
         return accepted, await asyncio.to_thread(_writer_connections)
 
     with warnings.catch_warnings(record=True) as caught:
