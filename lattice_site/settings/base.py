@@ -130,7 +130,7 @@ if REDIS_URL:
 
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "BACKEND": "lattice_site.channel_layer.RedisChannelLayer",
             # redis-py refuses past its pool size (100 by default) instead of waiting, and a
             # reconnect burst of agents needs one connection per concurrent group_add.
             # A channel holds 100 messages by default and drops the rest of a burst.

@@ -48,7 +48,7 @@ QUIET_AGENTS = 40
 @pytest.mark.django_db(transaction=True)
 def test_quiet_agent_sockets_outlive_a_blocking_read(resource_group):
     """Many agents, silent for longer than a blocking read: every socket still answers."""
-    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "lattice_site.channel_layer.RedisChannelLayer"
     tokens = [agent_token_issue(node=Node.objects.create(name=f"q-{i}", resource_group=resource_group, gpu=1))
               for i in range(QUIET_AGENTS)]
 
