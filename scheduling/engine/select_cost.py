@@ -16,7 +16,7 @@ from .select import (
     _node_fit,
     _search,
     feasible_with_all,
-    pool_entries,
+    open_entries,
 )
 from .select_bounds import lower_bounds, node_entries, pool_mask
 from .select_multi import multi_node_best
@@ -25,9 +25,11 @@ from .select_pool import pool_potential, single_victim_slots
 
 def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bound: int | None,
                       value: float | None, cost_key: tuple[float, ...]) -> Selection:
-    ents = pool_entries(view, pool)
+    open_ents, open_slots = open_entries(view)
+    member = pool[open_slots]
+    ents = open_ents[member]  # pool_entries(view, pool)
     in_pool = pool_mask(view.cluster, ents)
-    potential = pool_potential(view, pool, ents, in_pool)
+    potential = pool_potential(view, member, ents, in_pool)
     if not len(ents) or not feasible_with_all(view, potential):
         return Selection(None, "NO_FEASIBLE_SET")
     rank = view.cluster.id_rank()
