@@ -234,11 +234,15 @@ class Simulation(IncrementalPass):
         st_rank = {s.name: s.rank for s in self.spec.session_types}
         standing: dict[str, tuple[bool, float]] = {}
         if kind == "fair_share":
+            cluster = self.cluster
+            shares = cluster.tenant_shares().tolist()  # every tenant's at once: tenant_share's values
             for name in self.demand:
-                tenant = self.cluster.tenant(name)
+                tenant = cluster.tenant(name)
                 since = tenant.below_fair_share_since
                 starving = since is not None and t - since >= self.policy.starvation_timeout_s - 1e-9
-                standing[name] = (starving, tenant.fair_share - self.cluster.tenant_share(name))
+                i = cluster.tenant_index.get(name)
+                share = max(shares[i], 0.0) if i is not None else 0.0
+                standing[name] = (starving, tenant.fair_share - share)
 
         given, last = self.rank, len(self.rank)
 
