@@ -55,7 +55,7 @@ def _patch(view: RequestView, in_pool: BArr, potential: BArr, freed: FArr, chang
     grouped, starts = node_entries(cluster)  # by node, in entry order within a node
     lo, hi = starts[nodes], starts[nodes + 1]
     runs = hi - lo
-    idx = np.repeat(lo - np.r_[0, np.cumsum(runs)[:-1]], runs) + np.arange(int(runs.sum()))
+    idx = np.repeat(lo - np.concatenate(([0], np.cumsum(runs)[:-1])), runs) + np.arange(int(runs.sum()))
     here = grouped[idx]
     here = here[in_pool[here]]
     on = cluster.e_node[here]
