@@ -28,24 +28,27 @@ def pool_potential(view: RequestView, member: BArr, ents: IArr, in_pool: BArr) -
     """``potential_nodes(view, ents)[0]`` for the pool's entries ``ents``: ``member`` tells which
     of ``open_entries(view)`` they are, ``in_pool`` marks them over every entry."""
     cluster = view.cluster
-    memo: list[tuple[BArr, BArr, FArr]] = cluster.cached(("pool_potential", view.shape_key), list)
+    memo: list[tuple[BArr, BArr, FArr, int]] = cluster.cached(("pool_potential", view.shape_key), list)
     nearest, changed = None, None
+    limit = _PATCH_SHARE * max(1, len(ents))
     for i in range(len(memo) - 1, -1, -1):  # the latest first: in a pass, most often the nearest
+        if abs(memo[i][3] - len(ents)) > limit:
+            continue  # they differ in at least as many entries as in size (another class's pool)
         diff = member != memo[i][0]
         differs = int(np.count_nonzero(diff))
-        if differs <= _PATCH_SHARE * max(1, len(ents)) and (changed is None or differs < len(changed)):
+        if differs <= limit and (changed is None or differs < len(changed)):
             nearest, changed = i, np.flatnonzero(diff)
             if differs <= 1:
                 break  # none can be nearer but an equal pool, which patches as little
     if nearest is not None and changed is not None:
-        _, potential, freed = memo.pop(nearest)
+        _, potential, freed, _ = memo.pop(nearest)
         if len(changed):
             potential, freed = _patch(view, in_pool, potential, freed, open_entries(view)[0][changed])
     else:
         potential, freed = potential_nodes(view, ents)
         if len(memo) >= _POOLS_KEPT:
             memo.pop(0)
-    memo.append((member, potential, freed))
+    memo.append((member, potential, freed, len(ents)))
     return potential
 
 
