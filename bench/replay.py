@@ -5,6 +5,7 @@ the start estimate of a 1,000-request queue on 10,000 nodes.
     python bench/replay.py --jobs 3000        # the first N GPU jobs only
     python bench/replay.py --straightforward  # also the straightforward replay (every request, every event)
     python bench/replay.py --quick            # 600 jobs; the estimate on 1,000 nodes with 100 requests
+    python bench/replay.py --only estimate    # the start estimate alone (--only replay: the trace alone)
 
 The full public trace is read from ``../shared/traces/computecanada_slurm_2021_jobs_compact.csv.gz``
 relative to the repository when it is there (the benches' place for optional data), else
@@ -157,7 +158,12 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=4)
     parser.add_argument("--straightforward", action="store_true")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", choices=("replay", "estimate"), help="run one part of the bench")
+    parser.add_argument("--repeats", type=int, default=3, help="the estimate's repeats (default 3)")
     args = parser.parse_args()
+    if args.only == "estimate":
+        print_table("replay", estimate_rows(1000, 100, 1) if args.quick else estimate_rows(10_000, 1000, args.repeats))
+        return
     trace = SAMPLE if args.quick else FULL if FULL.exists() else SAMPLE
     limit = 600 if args.quick else args.jobs
     spec = ClusterSpec(f"{args.nodes}x{args.gpus}", [em.Node(f"n{i:04d}", {"gpu": float(args.gpus)})
@@ -169,7 +175,8 @@ def main() -> None:
     print(f"cluster: {args.nodes} nodes x {args.gpus} GPUs, equal fair shares over {len({j.tenant for j in jobs})} "
           f"tenants; mapping {MAPPING.name}")
     rows = replay_rows(jobs, spec, args.straightforward)
-    rows += estimate_rows(1000, 100, 1) if args.quick else estimate_rows(10_000, 1000, 3)
+    if args.only != "replay":
+        rows += estimate_rows(1000, 100, 1) if args.quick else estimate_rows(10_000, 1000, args.repeats)
     print_table("replay", rows)
 
 

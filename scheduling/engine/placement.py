@@ -225,6 +225,11 @@ class RequestView:
     def place(self, ok: BArr) -> tuple[list[str], list[str]] | None:
         """Best placement among qualifying nodes: fewest borrowed, then smallest names."""
         names = self.cluster.node_names
+        if self.vc_idx == NO_VC and not self._same:  # one group, and every usable node is OWN
+            if not len(self.groups):
+                return None
+            own = np.flatnonzero(ok & (self.kind == OWN))
+            return ([names[i] for i in own[: self.k]], []) if len(own) >= self.k else None
         best: tuple[int, list[str], list[str]] | None = None
         own_ok = ok & (self.kind == OWN)
         pool_mask = (ok & (self.kind == BORROWED)) | (self.kind == LENDABLE)

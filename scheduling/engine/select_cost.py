@@ -16,7 +16,7 @@ from .select import (
     _node_fit,
     _search,
     feasible_with_all,
-    pool_entries,
+    open_entries,
 )
 from .select_bounds import lower_bounds, node_entries, pool_mask
 from .select_multi import multi_node_best
@@ -25,9 +25,11 @@ from .select_pool import pool_potential, single_victim_slots
 
 def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bound: int | None,
                       value: float | None, cost_key: tuple[float, ...]) -> Selection:
-    ents = pool_entries(view, pool)
+    open_ents, open_slots = open_entries(view)
+    member = pool[open_slots]
+    ents = open_ents[member]  # pool_entries(view, pool)
     in_pool = pool_mask(view.cluster, ents)
-    potential = pool_potential(view, pool, ents, in_pool)
+    potential = pool_potential(view, member, ents, in_pool)
     if not len(ents) or not feasible_with_all(view, potential):
         return Selection(None, "NO_FEASIBLE_SET")
     rank = view.cluster.id_rank()
@@ -64,7 +66,7 @@ def _best_single_node(view: RequestView, pool_of: tuple[IArr, BArr, BArr], poten
         best.victims, best.cost = [pick], float(cost[pick])
     if bound is not None and bound < 2:
         return best
-    if int(np.bincount(cluster.e_node[ents]).max()) < 2:
+    if not _shared_nodes(view) or int(np.bincount(cluster.e_node[ents]).max()) < 2:
         return best  # no node holds two pool victims: every bound below would be infinite
     # Sets of two or more: a node needing m victims costs at least its m cheapest candidates (m:
     # fewest that could free enough, taking the largest first, and at least two: where one large
@@ -95,3 +97,16 @@ def _best_single_node(view: RequestView, pool_of: tuple[IArr, BArr, BArr], poten
         _search(_by_cost(local, cost, start, rank), cost, bound, best, start, rank,
                 _node_fit(view, node, local))
     return best
+
+
+def _shared_nodes(view: RequestView) -> bool:
+    """Whether some node holds two of the shape's open entries (of which every pool is a part);
+    cached per shape, so that a pass of single-entry nodes does not count each pool's again."""
+    cluster = view.cluster
+
+    def build() -> bool:
+        nodes = cluster.e_node[open_entries(view)[0]]
+        return bool(len(nodes)) and int(np.bincount(nodes).max()) >= 2
+
+    result: bool = cluster.cached(("shared_nodes", view.shape_key), build)
+    return result

@@ -14,6 +14,7 @@ the snapshot instead of an empty cluster, and stopped once every pending request
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -44,43 +45,48 @@ def estimate_starts(cluster: Cluster, policy: em.Policy, pending: Iterable[em.Al
     """Each pending request's estimated start (seconds since the epoch; ``now`` for one that would
     start at the next pass), or None past the horizon. ``pending`` in the pass's order, holders of
     nodes first with their ``held_nodes``; ``cluster`` is the group's snapshot (not changed)."""
+    sim, ids = forward_replay(cluster, policy, pending, now, default_walltime_s=default_walltime_s,
+                              horizon_s=horizon_s, incremental=incremental)
+    sim.run()
+    return {idx: sim.rec.first_start.get(idx) for idx in ids}
+
+
+def forward_replay(cluster: Cluster, policy: em.Policy, pending: Iterable[em.Allocation], now: float, *,
+                   default_walltime_s: float, horizon_s: float = HORIZON_S,
+                   incremental: bool = True) -> tuple[Simulation, list[int]]:
+    """The replay ``estimate_starts`` runs, ready to run, and the pending requests' ids in order. It
+    stops once they have all started (``watch``) or past the horizon (``until``)."""
     pending = list(pending)
     running = [a for a in cluster.allocs.values() if a.placement and not a.id.startswith("hold:")]
     rank = {int(a.id): i for i, a in enumerate(pending)}
-    ends: dict[int, float] = {}
-    jobs = []
-    for a in running:
-        started = a.started_at if a.started_at is not None else now
-        wall = a.walltime_minutes * 60 if a.walltime_minutes else default_walltime_s
-        if a.state == "running":
-            end = max(now, started + wall)
-        else:  # leaving: after its checkpoint, or at once when stopped
-            end = now + (a.checkpoint_minutes * 60 if a.state == "checkpointing" else 0.0)
-        ends[int(a.id)] = end
-        jobs.append(_job(a, end - started, a.submitted_at if a.submitted_at is not None else started))
+    ends = {int(a.id): _end(a, now, default_walltime_s) for a in running}
+    jobs = [_job(a, ends[int(a.id)] - (a.started_at if a.started_at is not None else now),
+                 a.submitted_at if a.submitted_at is not None else a.started_at if a.started_at is not None else now)
+            for a in running]
     for a in pending:
         wall = a.walltime_minutes * 60 if a.walltime_minutes else default_walltime_s
         jobs.append(_job(a, wall, a.submitted_at if a.submitted_at is not None else now))
     spec = ClusterSpec("estimate", list(cluster.nodes.values()), list(cluster.vclusters.values()),
                        list(cluster.session_types.values()), dict(cluster.tenants))
-    sim = Simulation(sorted(jobs, key=lambda j: j.submit), spec, policy, start=now, bin_s=3600.0, rank=rank,
-                     incremental=incremental)
-    sim.arrivals = []
     # The running work, built at once as the pass's snapshot is (one add per allocation costs more).
-    sim.cluster = Cluster(spec.nodes, [replace(a, held_nodes=()) if a.held_nodes else a for a in running],
-                          cluster.tenants.values(), spec.vclusters, spec.session_types,
-                          use_vclusters=cluster.use_vclusters)
-    sim.cluster.last_preemption_at = cluster.last_preemption_at
+    start = Cluster(spec.nodes, [replace(a, held_nodes=()) if a.held_nodes else a for a in running],
+                    cluster.tenants.values(), spec.vclusters, spec.session_types, use_vclusters=cluster.use_vclusters)
+    start.last_preemption_at = cluster.last_preemption_at
+    # Only first starts are read: use, queue depth and shares over time are not measured.
+    sim = Simulation(sorted(jobs, key=lambda j: j.submit), spec, policy, start=now, bin_s=3600.0, rank=rank,
+                     incremental=incremental, cluster=start, measure=False)
+    sim.arrivals = []
     sim.borrowed = {n.name: n.borrowed_by for n in cluster.nodes.values() if n.borrowed_by is not None}
-    for a in running:
+    for a in running:  # their ends pushed in this order, the heap made once
         st = sim.jobs[int(a.id)]
         st.started = a.started_at if a.started_at is not None else now
-        st.left = ends[int(a.id)] - st.started
-        sim.rec.hold(st.use, list(a.placement), st.gpus, now, +1)
-        sim._push(ends[int(a.id)], END, st.idx, st.epoch)
+        st.left = ends[st.idx] - st.started
+        sim.seq += 1
+        sim.heap.append((ends[st.idx], END, sim.seq, st.idx, st.epoch))
+    heapq.heapify(sim.heap)
     for a in pending:
         st = sim.jobs[int(a.id)]
-        st._req = replace(a, held_nodes=())  # the request itself: its labels, flags and rank
+        st._req = replace(a, held_nodes=()) if a.held_nodes else a  # the request itself: labels, flags, rank
         st.shape = st.wshape = (a.id,)  # so never taken for another request told to wait
         sim._enqueue(st)
         if a.held_nodes:
@@ -95,5 +101,14 @@ def estimate_starts(cluster: Cluster, policy: em.Policy, pending: Iterable[em.Al
     sim.watch = set(rank)
     sim.until = now + horizon_s
     sim._push(now, TICK, 0)
-    sim.run()
-    return {idx: sim.rec.first_start.get(idx) for idx in rank}
+    return sim, list(rank)
+
+
+def _end(a: em.Allocation, now: float, default_walltime_s: float) -> float:
+    """When running work is assumed to end: at its walltime (or the default) after it started, at
+    once if that is past; work leaving after its checkpoint, or at once when stopped."""
+    if a.state != "running":
+        return now + (a.checkpoint_minutes * 60 if a.state == "checkpointing" else 0.0)
+    started = a.started_at if a.started_at is not None else now
+    wall = a.walltime_minutes * 60 if a.walltime_minutes else default_walltime_s
+    return max(now, started + wall)

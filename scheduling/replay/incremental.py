@@ -44,6 +44,8 @@ class IncrementalPass:
         key = self._order_key(t)
         waited: dict[tuple, tuple[int, int]] = {}
         for idx in sorted(holders, key=key):
+            if self._all_started():
+                break
             if quiet or self._awaits_victims(self.jobs[idx]):
                 self._rereserve(idx)
             else:
@@ -54,6 +56,8 @@ class IncrementalPass:
             return
         seen = 0
         for idx in self.order.ordered(lambda i: key(i)[1], self.budget + len(holders)):
+            if self._all_started():
+                break
             if idx in holders or idx not in self.pending:
                 continue
             seen += 1
@@ -73,6 +77,11 @@ class IncrementalPass:
                 waited[st.wshape] = (cluster.version, cluster.state_version)
         self._unreserve()
         self._track(t)
+
+    def _all_started(self) -> bool:
+        """Whether a forward replay's watched requests (``watch``) have all started: the rest of its
+        last pass could change none of their first starts, so it is not decided."""
+        return self.watch is not None and not self.watch
 
     def _rereserve(self, idx: int) -> None:
         """A holder told to wait without asking: its reservation released and made again, as the

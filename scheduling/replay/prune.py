@@ -50,9 +50,13 @@ class Bounds:
         version = (cluster.version, cluster.state_version, now)  # protections lapse with time
         if version == self._version:
             return
+        # A state-only change (a victim asked to leave) moves no amount: free capacity stays.
+        same_amounts = (self._version is not None and cluster is self._cluster
+                        and version[0] == self._version[0])
         self._version = version
-        self._fit.clear()
-        self._free = cluster.cap - cluster.used
+        if not same_amounts:
+            self._fit.clear()
+            self._free = cluster.cap - cluster.used
         self._victims_read = False
         self._cluster, self._now = cluster, now
 

@@ -66,7 +66,10 @@ class Simulation(IncrementalPass):
     def __init__(self, jobs: list[Job], spec: ClusterSpec, policy: em.Policy, *, seed: int = 0,
                  checkpoint_jitter: float = 0.0, terminate_s: float = 0.0, pass_budget: int = PASS_BUDGET,
                  bin_s: float | None = None, on_progress: Callable[[int, float], None] | None = None,
-                 incremental: bool = True, start: float | None = None, rank: dict[int, int] | None = None) -> None:
+                 incremental: bool = True, start: float | None = None, rank: dict[int, int] | None = None,
+                 cluster: Cluster | None = None, measure: bool = True) -> None:
+        """``cluster``: the snapshot to start from (a forward replay's running work; it is changed),
+        else an empty one of ``spec``; without ``measure`` only first starts are recorded."""
         self.policy, self.spec = policy, spec
         self.incremental = incremental
         # A given order (the pass's, with a class_cost group's Lattice score) goes before the kind's key;
@@ -74,15 +77,15 @@ class Simulation(IncrementalPass):
         self.rank = rank if rank and policy.kind != "fair_share" else {}
         tenants = spec.tenants_for(jobs)
         self.fair = {t.name: t.fair_share for t in tenants}
-        self.cluster = Cluster(spec.nodes, (), tenants, spec.vclusters, spec.session_types,
-                               use_vclusters=bool(spec.vclusters))
+        self.cluster = cluster if cluster is not None else Cluster(
+            spec.nodes, (), tenants, spec.vclusters, spec.session_types, use_vclusters=bool(spec.vclusters))
         self.nodes = {n.name: n for n in spec.nodes}
         if start is None:
             start = jobs[0].submit if jobs else 0.0
         span = (jobs[-1].submit - start) if jobs else 0.0
         total = sum(n.capacity.get("gpu", 0.0) for n in spec.nodes)
         self.rec = Recorder(start, bin_s or max(60.0, span / 100), total, len(spec.nodes), policy.tolerance,
-                            policy.starvation_timeout_s)
+                            policy.starvation_timeout_s, measure=measure)
         self.jobs = {j.id: JobState(j, self.rec.tenant(j.tenant, self.fair.get(j.tenant, 0.0))) for j in jobs}
         self.arrivals = [j.id for j in jobs]
         if policy.kind == "class_cost":
@@ -210,6 +213,8 @@ class Simulation(IncrementalPass):
         order = sorted(self.pending, key=self._order_key(t))
         waited: dict[tuple, tuple[int, int]] = {}
         for idx in order[: self.budget + len(holders)]:
+            if self._all_started():
+                break
             st, cluster = self.jobs[idx], self.cluster  # a loan rebuilds the snapshot
             if idx not in holders and waited.get(st.shape) == (cluster.version, cluster.state_version):
                 continue  # the same request was just told to wait on this very state: so is this one
@@ -229,11 +234,15 @@ class Simulation(IncrementalPass):
         st_rank = {s.name: s.rank for s in self.spec.session_types}
         standing: dict[str, tuple[bool, float]] = {}
         if kind == "fair_share":
+            cluster = self.cluster
+            shares = cluster.tenant_shares().tolist()  # every tenant's at once: tenant_share's values
             for name in self.demand:
-                tenant = self.cluster.tenant(name)
+                tenant = cluster.tenant(name)
                 since = tenant.below_fair_share_since
                 starving = since is not None and t - since >= self.policy.starvation_timeout_s - 1e-9
-                standing[name] = (starving, tenant.fair_share - self.cluster.tenant_share(name))
+                i = cluster.tenant_index.get(name)
+                share = max(shares[i], 0.0) if i is not None else 0.0
+                standing[name] = (starving, tenant.fair_share - share)
 
         given, last = self.rank, len(self.rank)
 

@@ -52,7 +52,10 @@ class Bins:
 
 class Recorder:
     def __init__(self, start: float, width: float, total_gpus: float, nodes: int, tolerance: float,
-                 starvation_s: float) -> None:
+                 starvation_s: float, *, measure: bool = True) -> None:
+        # Without ``measure`` (a start estimate reads only ``first_start``) use, queue and tenants'
+        # GPU-seconds are not integrated: ``advance`` and ``hold`` only keep the time.
+        self.measure = measure
         self.bins = Bins(start, width)
         self.start = self.now = start
         self.total_gpus, self.node_count = total_gpus, nodes
@@ -80,6 +83,9 @@ class Recorder:
         """Integrate the state held since the last call up to ``t``."""
         if t <= self.now:
             return
+        if not self.measure:
+            self.now = t
+            return
         t0 = self.now
         busy_nodes = len(self.node_refs)
         self.gpu_area += self.busy_gpus * (t - t0)
@@ -99,6 +105,8 @@ class Recorder:
     def hold(self, tenant: TenantUse, nodes: list[str], gpus: float, t: float, sign: int) -> None:
         """Work taking (+1) or giving back (-1) ``gpus`` in all on ``nodes``."""
         self.advance(t)
+        if not self.measure:
+            return
         self.busy_gpus += sign * gpus
         for n in nodes:
             self.node_refs[n] += sign

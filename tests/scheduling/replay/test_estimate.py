@@ -9,7 +9,7 @@ import pytest
 
 from scheduling.engine import Cluster, parse_policy
 from scheduling.engine import model as em
-from scheduling.replay.estimate import estimate_starts
+from scheduling.replay.estimate import estimate_starts, forward_replay
 
 NOW = 1_000_000.0
 
@@ -71,3 +71,36 @@ def test_starvation_under_way_goes_on_from_when_it_began():
     policy = parse_policy({"kind": "fair_share", "mode": "requeue", "starvation_timeout_s": 600,
                            "aggressive_starvation_timeout_s": 600, "preemptive_scheduling_backoff_s": 0})
     assert estimate_starts(cluster, policy, pending, NOW, default_walltime_s=3600) == {2: NOW + 100}
+
+
+def test_the_replay_decides_nothing_once_every_pending_request_has_started():
+    """Victims asked to leave are requeued behind the pending requests: once the last of those has
+    started, the rest of that pass is not decided. Run on to the end instead, the same replay gives
+    each pending request the same first start."""
+    rng = random.Random(8)
+    running = [em.Allocation(id=str(1000 + i), tenant=f"t{i % 2}", state="running", started_at=NOW - 3600,
+                             walltime_minutes=240, per_node={"gpu": 4.0}, placement={f"n{i:02d}": {"gpu": 4.0}},
+                             submitted_at=NOW - 3700, preemption_class=1) for i in range(20)]
+    cluster = Cluster([em.Node(f"n{i:02d}", {"gpu": 4.0}) for i in range(20)], running,
+                      [em.Tenant("t0", 0.5), em.Tenant("t1", 0.5)])
+    pending = [em.Allocation(id=str(i + 1), tenant=f"t{i % 2}", per_node={"gpu": float(rng.choice([1, 2, 4]))},
+                             walltime_minutes=60, submitted_at=NOW - 100 + i, preemption_class=3) for i in range(12)]
+    policy = parse_policy({"kind": "class_cost", "mode": "suspend", "max_victims": 3})
+    sim, ids = forward_replay(cluster, policy, pending, NOW, default_walltime_s=3600)
+    watched_when_decided = []
+    decide = sim._decide
+
+    def counted(st, t, waited):
+        watched_when_decided.append(bool(sim.watch))
+        decide(st, t, waited)
+
+    sim._decide = counted
+    sim.run()
+    full, _ = forward_replay(cluster, policy, pending, NOW, default_walltime_s=3600)
+    full.watch = None  # on until nothing is left to happen
+    full.run()
+    starts = {i: sim.rec.first_start.get(i) for i in ids}
+    assert starts == {i: full.rec.first_start.get(i) for i in ids}
+    assert all(at == NOW for at in starts.values())  # each preempts a class-1 job at once
+    assert watched_when_decided and all(watched_when_decided)
+    assert sim.engine_calls < full.engine_calls

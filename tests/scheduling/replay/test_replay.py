@@ -48,6 +48,20 @@ def fcfs_starts(jobs, nodes):
     return starts
 
 
+def test_a_replay_that_measures_nothing_starts_and_ends_every_job_alike():
+    """Without ``measure`` (a start estimate reads first starts only) the replay is the same; only
+    the use over time is not integrated."""
+    spec = ClusterSpec("cc-16x4", [em.Node(f"n{i:02d}", {"gpu": 4.0}) for i in range(16)], default_fair_share="equal")
+    jobs, _ = load_trace(str(CC), "slurm-csv", str(SAMPLES / "mapping-cc.json"), spec, limit=300)
+    policy = parse_policy(json.loads((SAMPLES / "class_cost.json").read_text()))
+    measured = Simulation(jobs, spec, policy).run()
+    bare = Simulation(jobs, spec, policy, measure=False).run()
+    assert bare.first_start == measured.first_start and bare.finish == measured.finish
+    assert bare.decisions == measured.decisions > 0  # it preempted
+    assert measured.gpu_area > 0 and measured.gpu_bins
+    assert bare.gpu_area == 0 and not bare.gpu_bins and bare.now == measured.now
+
+
 def test_fcfs_without_preemption_matches_an_independent_simulation():
     spec = ClusterSpec("nasa", [em.Node(f"n{i:03d}", {"gpu": 1.0}) for i in range(32)])
     jobs, stats = load_trace(str(NASA), "swf", None, spec, limit=800)
