@@ -185,9 +185,61 @@ SCHEDULE_PASS = "scheduling.schedule_resource_group"
 DEADLINES = "scheduling.preemption_deadlines"
 
 
+PASS_ASKED_TTL_S = 2.0  # a mark whose pass never started (its message lost) stops coalescing after this
+
+
 def request_pass_on_commit(group_id: int) -> None:
-    """Ask for a scheduler pass of the group once the transaction commits."""
-    task_on_commit(SCHEDULE_PASS, group_id)
+    """Ask for a scheduler pass of the group once the transaction commits.
+
+    With a broker, asks made while an earlier one's pass has not yet started share its message
+    (``pass_asked``): a burst of submissions sends one message, not one each, and every commit is
+    still read by a pass that starts after it. Without one (tasks run eagerly), every ask runs its
+    pass, as before."""
+    if settings.CELERY_TASK_ALWAYS_EAGER or _redis() is None:
+        task_on_commit(SCHEDULE_PASS, group_id)
+        return
+    transaction.on_commit(lambda: _ask_pass(group_id))
+
+
+def _pass_asked_key(group_id: int) -> str:
+    """Set while a pass of the group has been asked for and has not started; per database, since
+    group ids are."""
+    return f"lattice:pass-asked:{settings.DATABASES['default']['NAME']}:{group_id}"
+
+
+def _ask_pass(group_id: int) -> None:
+    """After commit: send the pass's message unless one sent earlier is still waiting for its pass
+    to start. A mark seen here was set before this commit's ask and is cleared by ``pass_starting``
+    before that pass reads anything, so that pass reads this commit. A message that could not be
+    sent takes its mark with it; one lost after sending leaves it to lapse (PASS_ASKED_TTL_S), and
+    the periodic sweep runs every group's pass meanwhile."""
+    client = _redis()
+    key = _pass_asked_key(group_id)
+    try:
+        if not client.set(key, b"1", nx=True, px=int(PASS_ASKED_TTL_S * 1000)):
+            return
+    except Exception:  # without the mark, send anyway: never a commit without its pass
+        log.warning("could not mark the pass of group %s as asked", group_id, exc_info=True)
+    try:
+        _task(SCHEDULE_PASS).delay(group_id)
+    except Exception:  # broker down: the periodic sweep does the same work
+        log.warning("could not enqueue %s", SCHEDULE_PASS, exc_info=True)
+        try:
+            client.delete(key)
+        except Exception:  # it lapses on its own
+            log.warning("could not clear the pass mark of group %s", group_id, exc_info=True)
+
+
+def pass_starting(group_id: int) -> None:
+    """Called by a pass before it reads anything: asks committed from now on send a message of
+    their own (this pass may not see them). Failing to clear the mark leaves it to lapse."""
+    client = _redis()
+    if client is None:
+        return
+    try:
+        client.delete(_pass_asked_key(group_id))
+    except Exception:
+        log.warning("could not clear the pass mark of group %s", group_id, exc_info=True)
 
 
 def _task(name: str) -> Any:
