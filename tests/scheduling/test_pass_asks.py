@@ -158,3 +158,38 @@ def test_in_the_embedded_mode_every_submission_runs_its_pass_at_once(cluster, mo
                 alloc = job_id(alice, per_node={"gpu": 8})
             assert Allocation.objects.get(pk=alloc).state == "running"
     assert runs == [cluster.pk, cluster.pk]
+
+
+@pytest.mark.redis
+def test_a_watched_submission_is_heard_and_its_pass_asked_once_for_the_burst(
+        cluster, broker, monkeypatch, django_capture_on_commit_callbacks):
+    dispatch.pass_starting(cluster.pk)
+    heard: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(dispatch, "_send_all", lambda messages, what: heard.extend(messages))
+    alice = client_for("alice")
+    dispatch.subscribe("ops", +1)
+    try:
+        ids = []
+        for _ in range(2):
+            with django_capture_on_commit_callbacks(execute=True):
+                ids.append(job_id(alice, per_node={"gpu": 1}))
+    finally:
+        dispatch.subscribe("ops", -1)
+    assert [(group, message["event"]["kind"], message["event"]["allocation"]) for group, message in heard] == [
+        ("ops", "allocation.submitted", ids[0]), ("ops", "allocation.submitted", ids[1])]
+    assert broker.sent == [cluster.pk]
+
+
+@pytest.mark.redis
+def test_the_pass_is_asked_even_when_the_event_cannot_be_sent(cluster, broker, monkeypatch,
+                                                               django_capture_on_commit_callbacks):
+    dispatch.pass_starting(cluster.pk)
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("live feed broken")
+
+    monkeypatch.setattr(dispatch, "_send_events", broken)
+    alice = client_for("alice")
+    with pytest.raises(RuntimeError), django_capture_on_commit_callbacks(execute=True):
+        job_id(alice, per_node={"gpu": 1})
+    assert broker.sent == [cluster.pk]
