@@ -12,7 +12,7 @@ from scheduling.actions.allocations import allocation_transition
 from scheduling.actions.quotas import check_quota, tenant_usage
 from scheduling.actions.release import allocation_release, give_back_borrowed
 from scheduling.admission_sql import insert_submitted, memberships, quota_locked
-from scheduling.dispatch import event_on_commit, request_pass_on_commit
+from scheduling.dispatch import event_and_pass_on_commit, event_on_commit, request_pass_on_commit
 from scheduling.errors import Conflict, DomainError
 from scheduling.models import (
     Allocation,
@@ -84,8 +84,8 @@ def allocation_submit(*, user: AbstractBaseUser, tenant: Tenant, group: Resource
                            state=State.PENDING, **fields)
         insert_submitted(alloc, AllocationEvent(from_state="", to_state=State.PENDING, reason="submitted",
                                                 actor=user))
-        event_on_commit("allocation.submitted", {"allocation": alloc.pk, "state": alloc.state}, tenant.pk)
-        request_pass_on_commit(group.pk)
+        event_and_pass_on_commit("allocation.submitted", {"allocation": alloc.pk, "state": alloc.state}, tenant.pk,
+                                 group.pk)
     return alloc
 
 
@@ -115,8 +115,8 @@ def array_submit(*, user: AbstractBaseUser, tenant: Tenant, group: ResourceGroup
         AllocationEvent.objects.bulk_create([
             AllocationEvent(allocation=a, from_state="", to_state=State.PENDING, actor=user,
                             reason=f"submitted: task {a.array_index} of array {array.pk}") for a in tasks])
-        event_on_commit("array.submitted", {"array": array.pk, "allocations": [a.pk for a in tasks]}, tenant.pk)
-        request_pass_on_commit(group.pk)
+        event_and_pass_on_commit("array.submitted", {"array": array.pk, "allocations": [a.pk for a in tasks]},
+                                 tenant.pk, group.pk)
     return array
 
 

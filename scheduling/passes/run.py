@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from scheduling.actions.dependencies import dependencies_settle
 from scheduling.actions.starts import allocation_place
-from scheduling.dispatch import SCHEDULE_PASS, task_on_commit
+from scheduling.dispatch import SCHEDULE_PASS, pass_starting, task_on_commit
 from scheduling.engine import Decision, decide
 from scheduling.engine import model as em
 from scheduling.errors import DomainError
@@ -40,6 +40,7 @@ PREEMPT_BATCH = 25  # preemptions written per transaction
 
 
 def schedule_pass(group_id: int, *, budget: int = PASS_BUDGET, now: datetime | None = None) -> PassResult:
+    pass_starting(group_id)  # before anything is read: a change committed after this asks again
     group = ResourceGroup.objects.get(pk=group_id)
     with group_lock(group) as acquired:
         result = _locked_pass(group, budget, now) if acquired else PassResult(busy=True)

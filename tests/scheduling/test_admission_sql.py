@@ -172,6 +172,11 @@ def test_the_flat_field_copies_are_drf_s_fields_and_each_serializer_s_own():
         assert ours[name].parent is not None and ours[name].field_name == name
     again = AllocationInput().fields
     assert all(again[name] is not ours[name] and again[name].parent is not ours[name].parent for name in ours)
+    with_child = [name for name in ours if hasattr(ours[name], "child")]
+    assert {"command", "env", "per_node", "depends_on"} <= set(with_child)
+    for name in with_child:  # each list or dict its own child, bound to it as DRF binds it
+        assert ours[name].child is not again[name].child and ours[name].child.parent is ours[name], name
+        assert (ours[name].child.field_name, ours[name].child.source) == ("", ""), name
 
 
 @pytest.mark.parametrize("body", [
