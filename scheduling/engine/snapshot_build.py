@@ -4,7 +4,7 @@ time (``Cluster._build`` puts these together)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain, repeat
 from operator import attrgetter, eq
 from typing import Any
@@ -19,22 +19,29 @@ from .snapshot_columns import (
     ID_WIDTH,
     JOBTYPE_BIT,
     MIXED,
-    NAN_FOR_NONE,
     NO_VC,
     BArr,
     FArr,
     IArr,
     SlotColumns,
-    id_keys,
+    id_key,
 )
+
+
+class _Numbering(dict[Any, int]):
+    """Numbers its keys in order of arrival: a key not in it gets the next number."""
+
+    def __missing__(self, key: Any) -> int:
+        number = self[key] = len(self)
+        return number
 
 
 class SnapshotBuild(SlotColumns):
     def _build_nodes(self, node_list: list[Node], amounts: list[dict[str, float]]) -> None:
         """The node columns, and the resources: every name a node has or an allocation holds."""
-        self.nodes: dict[str, Node] = {n.name: n for n in node_list}
-        self.node_names: list[str] = [n.name for n in node_list]
-        self.node_index: dict[str, int] = {name: i for i, name in enumerate(self.node_names)}
+        self.node_names: list[str] = list(map(attrgetter("name"), node_list))
+        self.nodes: dict[str, Node] = dict(zip(self.node_names, node_list, strict=True))
+        self.node_index: dict[str, int] = dict(zip(self.node_names, range(len(node_list)), strict=True))
         capacities = list(map(attrgetter("capacity"), node_list))
         self.res_names: list[str] = sorted({"gpu"}.union(*capacities, *amounts))
         self.res_index: dict[str, int] = {r: i for i, r in enumerate(self.res_names)}
@@ -134,52 +141,76 @@ class SnapshotBuild(SlotColumns):
         self._next_slot = n
         self.slot_of = slot_of
         self.alive[:n] = True
-        longest = max(map(len, ids), default=0)
-        if longest > ID_START_WIDTH:
-            self.a_ids = self.a_ids.astype(f"U{min(ID_WIDTH, longest)}")
-        self._put("a_ids", n, ids)
-        self._put("a_idkey", n, id_keys(ids, longest))
-        # Plain fields read in C (attrgetter through fromiter), not by a comprehension each.
+        self._put_ids(n, ids)
+        # Each field read in C (attrgetter through fromiter), straight into its column: no list
+        # of 500,000 values first.
         def column(name: str, dtype: Any) -> Any:
             return np.fromiter(map(attrgetter(name), running), dtype=dtype, count=n)
 
-        def nullable(name: str) -> FArr:  # None: NaN
-            values = list(map(attrgetter(name), running))
-            if values.count(None) == n:  # often so (no checkpoint yet, no protection, no rank of its own)
-                return np.full(n, np.nan)
-            return np.fromiter(map(NAN_FOR_NONE.get, values, values), np.float64, count=n)
+        def nullable(name: str) -> FArr:  # numpy reads None as NaN into a float column
+            return np.fromiter(map(attrgetter(name), running), np.float64, count=n)
 
         self._put("a_class", n, column("preemption_class", np.int64))
         self._put("a_prio", n, column("priority", np.int64))
-        self._put("a_running", n, np.fromiter(map("running".__eq__, map(attrgetter("state"), running)), bool, count=n))
+        self._put("a_running", n, np.fromiter(map(eq, map(attrgetter("state"), running), repeat("running")), bool,
+                                              count=n))
         self._put("a_start", n, nullable("started_at"))
         self._put("a_wall", n, nullable("walltime_minutes"))
-        self._put("a_ckpt", n, list(map(CHECKPOINT_CODE.__getitem__, map(attrgetter("checkpoint"), running))))
+        self._put("a_ckpt", n, np.fromiter(map(CHECKPOINT_CODE.__getitem__, map(attrgetter("checkpoint"), running)),
+                                           np.int64, count=n))
         self._put("a_ckpt_min", n, column("checkpoint_minutes", np.float64))
         self._put("a_last_ckpt", n, nullable("last_checkpoint_at"))
         self._put("a_sens", n, column("sensitive", bool) | (self.a_class[:n] == 10))
         until = nullable("protected_until")
         self._put("a_prot", n, np.where(np.isnan(until), -np.inf, until))
         self._put("a_preemptible", n, column("preemptible", bool))
-        self._put("a_jobtypes", n, (JOBTYPE_BIT["exclusive"] * column("exclusive", np.int64)
-                               + JOBTYPE_BIT["forced"] * column("forced", np.int64)
-                               + JOBTYPE_BIT["backfill"] * column("backfill", np.int64)))
+        # Each flag's bit where it is set, as ``add`` sums the bits of ``job_types``.
+        self._put("a_jobtypes", n, (JOBTYPE_BIT["exclusive"] * column("exclusive", bool)
+                               + JOBTYPE_BIT["forced"] * column("forced", bool)
+                               + JOBTYPE_BIT["backfill"] * column("backfill", bool)))
         self._put("a_pcount", n, column("preempted_count", np.int64))
-        tenant = list(map(attrgetter("tenant"), running))
-        tenants = {t: self._tenant(t) for t in dict.fromkeys(tenant)}  # indices in order of arrival
-        self._put("a_tenant", n, list(map(tenants.__getitem__, tenant)))
-        user = list(map(attrgetter("user"), running))
-        users = {u: self._user(u) for u in dict.fromkeys(user)}
-        self._put("a_user", n, list(map(users.__getitem__, user)))
-        vcl = list(map(attrgetter("vcluster"), running))
-        vcs = {v: self._vc(v) for v in dict.fromkeys(vcl)}
-        self._put("a_vc", n, list(map(vcs.__getitem__, vcl)))
+        self._put("a_tenant", n, self._numbered(running, "tenant", self._tenant))
+        self._put("a_user", n, self._numbered(running, "user", self._user))
+        self._put("a_vc", n, self._numbered(running, "vcluster", self._vc))
         st_of: dict[str | None, int] = {name: i for name, i in self.st_index.items()}
         st_of[None] = self.st_index.get("", self.st_default)  # no session type: looked up as ""
-        self._put("a_st", n, list(map(st_of.get, map(attrgetter("session_type"), running), repeat(self.st_default, n))))
+        self._put("a_st", n, np.fromiter(map(st_of.get, map(attrgetter("session_type"), running),
+                                             repeat(self.st_default)), np.int64, count=n))
         own_rank = nullable("rank")
         self._put("a_rank", n, np.where(np.isnan(own_rank), self.st_rank[self.a_st[:n]], own_rank).astype(np.int64))
         self.version += n
+
+    def _put_ids(self, n: int, ids: list[str]) -> None:
+        """The id columns of a fresh snapshot: each id (as wide as the longest, at most ID_WIDTH) and
+        its ``id_key``. When every id has a key (ASCII, no NUL, at most 8 characters: Lattice's own
+        row ids), both come from one array of the ids' bytes, without a pass over the ids for
+        their lengths."""
+        joined = "".join(ids)
+        if ids and len(joined) <= 8 * n and joined.isascii() and "\0" not in joined:
+            short = np.array(ids, dtype="S8")  # an id longer than 8 is cut short here: checked next
+            if int(np.char.str_len(short).sum()) == len(joined):
+                self._put("a_idkey", n, short.view(">u8").astype(np.int64))
+                # An ASCII byte is its own code point: the ids as ID_START_WIDTH-wide strings.
+                wide = np.zeros((n, ID_START_WIDTH), dtype=np.uint32)
+                wide[:, :8] = short.view(np.uint8).reshape(n, 8)
+                self._put("a_ids", n, wide.view(f"U{ID_START_WIDTH}").reshape(n))
+                return
+        longest = max(map(len, ids), default=0)
+        if longest > ID_START_WIDTH:
+            self.a_ids = self.a_ids.astype(f"U{min(ID_WIDTH, longest)}")
+        self._put("a_ids", n, ids)
+        self._put("a_idkey", n, [id_key(i) for i in ids])
+
+    @staticmethod
+    def _numbered(running: list[Allocation], name: str, index: Callable[[Any], int]) -> IArr:
+        """Field ``name`` of each allocation as ``index`` numbers it, in one pass: the values are
+        numbered in order of arrival, then ``index`` is called once per distinct value in that
+        order (as calling it per allocation would) and the numbers mapped to its answers."""
+        seen = _Numbering()
+        local = np.fromiter(map(seen.__getitem__, map(attrgetter(name), running)), np.int64, count=len(running))
+        codes = np.fromiter(map(index, seen), np.int64, count=len(seen))
+        result: IArr = codes[local]
+        return result
 
     def _add_all_entries(self, placements: list[dict[str, dict[str, float]]], n_nodes_of: IArr,
                          amounts: list[dict[str, float]]) -> None:

@@ -24,7 +24,6 @@ NO_VC = -1
 MIXED = -2
 ID_WIDTH = 128  # characters of an id the snapshot keeps
 ID_START_WIDTH = 16
-NAN_FOR_NONE: dict[Any, float] = {None: math.nan}  # .get(v, v): NaN for None, else v
 
 
 NO_KEY = -1  # an id without an integer key (see id_key)
@@ -40,16 +39,6 @@ def id_key(ident: str) -> int:
     return int.from_bytes(ident.encode("ascii").ljust(8, b"\0"), "big")
 
 
-
-
-def id_keys(ids: list[str], longest: int) -> IArr | list[int]:
-    """``id_key`` of each id (the longest ``longest`` characters); at once (as 8-byte big-endian
-    integers) when every id qualifies."""
-    joined = "".join(ids)
-    if ids and longest <= 8 and joined.isascii() and "\0" not in joined:
-        keys: IArr = np.array(ids, dtype="S8").view(">u8").astype(np.int64)
-        return keys
-    return [id_key(i) for i in ids]
 
 
 def floor_limit(count: int, pct: float) -> int:
