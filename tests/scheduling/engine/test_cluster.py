@@ -122,3 +122,19 @@ def test_a_snapshot_built_at_once_equals_one_built_allocation_by_allocation(rows
     assert at_once.slot_of == one_by_one.slot_of
     assert at_once.objs[:len(allocs)] == one_by_one.objs[:len(allocs)]
     assert at_once.tenant_index == one_by_one.tenant_index and at_once.user_index == one_by_one.user_index
+
+
+@given(ids=_IDS)
+def test_ids_of_a_snapshot_built_at_once_equal_those_added_one_by_one(ids):
+    """The bulk build reads short ASCII ids (every one with an integer key) as one array of bytes
+    and any others one by one; either way each slot's id and key are what ``add`` gives it."""
+    s = _scenario()
+    allocs = [replace(s.running[0], id=ident) for ident in ids]
+    at_once = _cluster(replace(s, running=allocs))
+    one_by_one = _cluster(replace(s, running=[]))
+    for a in allocs:
+        one_by_one.add(a)
+    n = len(ids)
+    assert at_once.a_ids[:n].tolist() == one_by_one.a_ids[:n].tolist()
+    assert at_once.a_idkey[:n].tolist() == one_by_one.a_idkey[:n].tolist()
+    assert at_once.slot_of == one_by_one.slot_of
