@@ -127,13 +127,12 @@ class LoopWriter:
     A batch handed to a pool thread cost the thread's wake-up, the GIL's hand-offs and the loop's
     wake-up when it came back, for every batch; at one heartbeat per 5 s per agent most batches
     are one frame. A broken connection fails its batch (every frame gets the error, as before)
-    and is opened again for the next. The connection is closed when the loop's tasks are
-    cancelled as it ends (``asyncio.run`` does so; a Daphne process's ends with it)."""
+    and is opened again for the next. Its batcher closes the connection as the loop ends
+    (``_end_with``)."""
 
     def __init__(self) -> None:
         self.conn: Any = None
         self.sql = _statement()
-        self.guard: asyncio.Task[None] | None = None
 
     async def persist(self, batch: list[tuple[int, int]], now: datetime) -> list[bool]:
         conn = self.conn if self.conn is not None and not self.conn.closed else await self._connect()
@@ -155,17 +154,19 @@ class LoopWriter:
         import psycopg  # (PostgreSQL only)
 
         self.conn = await psycopg.AsyncConnection.connect(**_async_params(), autocommit=True)
-        if self.guard is None or self.guard.done():
-            self.guard = asyncio.get_running_loop().create_task(self._close_at_the_end())
         return self.conn
 
-    async def _close_at_the_end(self) -> None:
-        try:
-            await asyncio.get_running_loop().create_future()  # never set: cancelled as the loop ends
-        finally:
-            conn, self.conn = self.conn, None
-            if conn is not None:
-                await conn.close()
+    async def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            await conn.close()
+
+    def close_from_outside(self) -> None:
+        """Close the connection of a loop that was closed without ending its tasks (nothing can
+        be awaited on it any more): libpq's own close, which needs no loop."""
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.closed:
+            conn.pgconn.finish()
 
 
 def _async_params() -> dict[str, Any]:
@@ -188,6 +189,7 @@ class Batcher:
         self.pending: list[tuple[int, int, asyncio.Future[bool]]] = []
         self.writing = False
         self.writer = LoopWriter() if connection.vendor == "postgresql" else None
+        self.guard: asyncio.Task[None] | None = None  # _end_with, this batcher's loop's last task
 
     async def submit(self, node_id: int, seq: int) -> bool:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
@@ -223,7 +225,11 @@ class Batcher:
 
 
 # Keyed by the loop itself, weakly: a loop's id can be reused once it is gone, and a batcher left
-# from a closed loop (a write in flight when it closed) would never drain for its successor.
+# from a closed loop (a write in flight when it closed) would never drain for its successor. A
+# batcher refers to its loop (its guard task, its futures), so it must also leave this table as
+# its loop ends (``_end_with``) or once the loop is found closed (``_forget_closed``): a value
+# that holds its weak key keeps it, and every loop that ever wrote a heartbeat would stay in
+# memory with its batcher and its closed connection.
 _batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher] = weakref.WeakKeyDictionary()
 
 
@@ -232,5 +238,31 @@ def batcher() -> Batcher:
     loop = asyncio.get_running_loop()
     found = _batchers.get(loop)
     if found is None:
+        _forget_closed()
         found = _batchers[loop] = Batcher()
+        found.guard = loop.create_task(_end_with(loop, found))
     return found
+
+
+async def _end_with(loop: asyncio.AbstractEventLoop, found: Batcher) -> None:
+    """Wait for the loop to end (its tasks are cancelled as it does: ``asyncio.run``,
+    ``async_to_sync``; a Daphne process's loop ends with it), then forget its batcher and close
+    its connection."""
+    try:
+        await loop.create_future()  # never set
+    finally:
+        if _batchers.get(loop) is found:
+            del _batchers[loop]
+        found.guard, found.pending = None, []
+        if found.writer is not None:
+            await found.writer.close()
+
+
+def _forget_closed() -> None:
+    """Batchers of loops closed without cancelling their tasks (so ``_end_with`` never ran)."""
+    for loop in [loop for loop in list(_batchers) if loop.is_closed()]:
+        found = _batchers.pop(loop, None)
+        if found is not None:
+            found.guard, found.pending = None, []
+            if found.writer is not None:
+                found.writer.close_from_outside()
