@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from datetime import datetime
+from typing import Any
 
 from channels.db import database_sync_to_async
 from django.db import connection, transaction
@@ -22,6 +23,7 @@ from nodes.models import Node, NodeState
 from scheduling.dispatch import events_on_commit
 
 FLUSH_AT = 500  # at most this many heartbeats per statement
+APPLICATION_NAME = "lattice-heartbeats"  # the loop writer's connection, as pg_stat_activity shows it
 REVIVED = (NodeState.DEGRADED, NodeState.UNKNOWN)  # a heartbeat makes these ready
 
 
@@ -75,34 +77,107 @@ def _judge(batch: list[tuple[int, int]], last: dict[int, int | None]) -> list[bo
     return accepted
 
 
-def _write_postgresql(batch: list[tuple[int, int]], now: datetime) -> tuple[dict[int, int | None], dict[int, str | None]]:
-    """One statement, one round trip: lock the batch's nodes in id order, advance each to the
-    greatest seq of the batch where that is greater than the stored one, and return the stored
-    seq and state as they were before (to judge each heartbeat of the batch in order, and to tell
-    which nodes it revived). A node whose every heartbeat is stale is locked and returned, not
-    written."""
+def _newest(batch: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """The batch's nodes in id order (the order their rows are locked in) and each one's greatest seq."""
     newest: dict[int, int] = {}
     for node_id, seq in batch:
         newest[node_id] = max(seq, newest.get(node_id, seq))
     ids = sorted(newest)
+    return ids, [newest[i] for i in ids]
+
+
+def _statement() -> str:
+    """One statement, one round trip: lock the batch's nodes in id order, advance each to the
+    greatest seq of the batch where that is greater than the stored one, and return the stored
+    seq and state as they were before (to judge each heartbeat of the batch in order, and to tell
+    which nodes it revived). A node whose every heartbeat is stale is locked and returned, not
+    written. The batch goes as two arrays, so the statement's text is the same for any batch: the
+    driver converts it once (a VALUES list of one pair per heartbeat was re-parsed for every
+    batch, an eighth of the server's time at 4,000 heartbeats per second)."""
     table = Node._meta.db_table
+    return (
+        f"WITH v(id, seq) AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[])), "
+        f"old AS (SELECT n.id, n.last_seq, n.state, n.health_reason FROM {table} n WHERE n.id IN (SELECT v.id FROM v) "
+        f"ORDER BY n.id FOR UPDATE), "
+        f"written AS (UPDATE {table} AS n SET last_seq = v.seq, last_heartbeat_at = %s, "
+        f"state = CASE WHEN n.state IN ('degraded', 'unknown') AND n.health_reason = '' THEN 'ready' "
+        f"ELSE n.state END "
+        f"FROM v JOIN old ON old.id = v.id "
+        f"WHERE n.id = old.id AND (old.last_seq IS NULL OR v.seq > old.last_seq) RETURNING n.id) "
+        f"SELECT id, last_seq, state, health_reason FROM old")
+
+
+def _stored(rows: list[tuple[Any, ...]]) -> tuple[dict[int, int | None], dict[int, str | None]]:
+    return ({int(node_id): last for node_id, last, _, _ in rows},
+            {int(node_id): _revivable(state, health) for node_id, _, state, health in rows})
+
+
+def _write_postgresql(batch: list[tuple[int, int]], now: datetime) -> tuple[dict[int, int | None], dict[int, str | None]]:
+    """The batch in one statement (``_statement``) on Django's connection."""
+    ids, seqs = _newest(batch)
     with connection.cursor() as cur:
-        # The batch goes as two arrays, so the statement's text is the same for any batch: the
-        # driver converts it once (a VALUES list of one pair per heartbeat was re-parsed for
-        # every batch, an eighth of the server's time at 4,000 heartbeats per second).
-        cur.execute(
-            f"WITH v(id, seq) AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[])), "
-            f"old AS (SELECT n.id, n.last_seq, n.state, n.health_reason FROM {table} n WHERE n.id IN (SELECT v.id FROM v) "
-            f"ORDER BY n.id FOR UPDATE), "
-            f"written AS (UPDATE {table} AS n SET last_seq = v.seq, last_heartbeat_at = %s, "
-            f"state = CASE WHEN n.state IN ('degraded', 'unknown') AND n.health_reason = '' THEN 'ready' "
-            f"ELSE n.state END "
-            f"FROM v JOIN old ON old.id = v.id "
-            f"WHERE n.id = old.id AND (old.last_seq IS NULL OR v.seq > old.last_seq) RETURNING n.id) "
-            f"SELECT id, last_seq, state, health_reason FROM old", [ids, [newest[i] for i in ids], now])
-        rows = cur.fetchall()
-        return ({int(node_id): last for node_id, last, _, _ in rows},
-                {int(node_id): _revivable(state, health) for node_id, _, state, health in rows})
+        cur.execute(_statement(), [ids, seqs, now])
+        return _stored(cur.fetchall())
+
+
+class LoopWriter:
+    """PostgreSQL's heartbeat batches written from the event loop itself, on an asynchronous
+    connection of the loop's own (psycopg's ``AsyncConnection``, autocommit: the statement is its
+    own transaction, as on Django's connection, and a frame is still acknowledged only after it).
+    A batch handed to a pool thread cost the thread's wake-up, the GIL's hand-offs and the loop's
+    wake-up when it came back, for every batch; at one heartbeat per 5 s per agent most batches
+    are one frame. A broken connection fails its batch (every frame gets the error, as before)
+    and is opened again for the next. Its batcher closes the connection as the loop ends
+    (``_end_with``)."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.sql = _statement()
+
+    async def persist(self, batch: list[tuple[int, int]], now: datetime) -> list[bool]:
+        conn = self.conn if self.conn is not None and not self.conn.closed else await self._connect()
+        ids, seqs = _newest(batch)
+        try:
+            cur = await conn.execute(self.sql, [ids, seqs, now])
+            last, states = _stored(await cur.fetchall())
+        except BaseException:
+            self.conn = None
+            await conn.close()
+            raise
+        accepted = _judge(batch, last)
+        revived = [node_id for (node_id, _), ok in zip(batch, accepted, strict=True) if ok and states.get(node_id) in REVIVED]
+        if revived:  # rare (a node back from silence): its event is read and sent from a thread
+            await database_sync_to_async(nodes_changed)(revived)
+        return accepted
+
+    async def _connect(self) -> Any:
+        import psycopg  # (PostgreSQL only)
+
+        self.conn = await psycopg.AsyncConnection.connect(**_async_params(), autocommit=True)
+        return self.conn
+
+    async def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            await conn.close()
+
+    def close_from_outside(self) -> None:
+        """Close the connection of a loop that was closed without ending its tasks (nothing can
+        be awaited on it any more): libpq's own close, which needs no loop."""
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.closed:
+            conn.pgconn.finish()
+
+
+def _async_params() -> dict[str, Any]:
+    """Django's connection parameters for this database (its test database under the tests),
+    less what only Django's own cursors use."""
+    params = dict(connection.get_connection_params())
+    for name in ("cursor_factory", "context"):
+        params.pop(name, None)
+    params.setdefault("connect_timeout", 10)
+    params["application_name"] = APPLICATION_NAME
+    return params
 
 
 class Batcher:
@@ -113,6 +188,8 @@ class Batcher:
     def __init__(self) -> None:
         self.pending: list[tuple[int, int, asyncio.Future[bool]]] = []
         self.writing = False
+        self.writer = LoopWriter() if connection.vendor == "postgresql" else None
+        self.guard: asyncio.Task[None] | None = None  # _end_with, this batcher's loop's last task
 
     async def submit(self, node_id: int, seq: int) -> bool:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
@@ -131,8 +208,12 @@ class Batcher:
             self.writing = False
 
     async def _flush(self, batch: list[tuple[int, int, asyncio.Future[bool]]]) -> None:
+        pairs = [(n, s) for n, s, _ in batch]
         try:
-            results = await database_sync_to_async(persist)([(n, s) for n, s, _ in batch], timezone.now())
+            if self.writer is not None:
+                results = await self.writer.persist(pairs, timezone.now())
+            else:
+                results = await database_sync_to_async(persist)(pairs, timezone.now())
         except Exception as exc:  # nothing was written: every frame of the batch gets the error
             for _, _, future in batch:
                 if not future.done():
@@ -144,7 +225,11 @@ class Batcher:
 
 
 # Keyed by the loop itself, weakly: a loop's id can be reused once it is gone, and a batcher left
-# from a closed loop (a write in flight when it closed) would never drain for its successor.
+# from a closed loop (a write in flight when it closed) would never drain for its successor. A
+# batcher refers to its loop (its guard task, its futures), so it must also leave this table as
+# its loop ends (``_end_with``) or once the loop is found closed (``_forget_closed``): a value
+# that holds its weak key keeps it, and every loop that ever wrote a heartbeat would stay in
+# memory with its batcher and its closed connection.
 _batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher] = weakref.WeakKeyDictionary()
 
 
@@ -153,5 +238,31 @@ def batcher() -> Batcher:
     loop = asyncio.get_running_loop()
     found = _batchers.get(loop)
     if found is None:
+        _forget_closed()
         found = _batchers[loop] = Batcher()
+        found.guard = loop.create_task(_end_with(loop, found))
     return found
+
+
+async def _end_with(loop: asyncio.AbstractEventLoop, found: Batcher) -> None:
+    """Wait for the loop to end (its tasks are cancelled as it does: ``asyncio.run``,
+    ``async_to_sync``; a Daphne process's loop ends with it), then forget its batcher and close
+    its connection."""
+    try:
+        await loop.create_future()  # never set
+    finally:
+        if _batchers.get(loop) is found:
+            del _batchers[loop]
+        found.guard, found.pending = None, []
+        if found.writer is not None:
+            await found.writer.close()
+
+
+def _forget_closed() -> None:
+    """Batchers of loops closed without cancelling their tasks (so ``_end_with`` never ran)."""
+    for loop in [loop for loop in list(_batchers) if loop.is_closed()]:
+        found = _batchers.pop(loop, None)
+        if found is not None:
+            found.guard, found.pending = None, []
+            if found.writer is not None:
+                found.writer.close_from_outside()
