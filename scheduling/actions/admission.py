@@ -12,7 +12,7 @@ from scheduling.actions.allocations import allocation_transition
 from scheduling.actions.quotas import check_quota, tenant_usage
 from scheduling.actions.release import allocation_release, give_back_borrowed
 from scheduling.admission_sql import insert_submitted, memberships, quota_locked
-from scheduling.dispatch import event_and_pass_on_commit, event_on_commit, request_pass_on_commit
+from scheduling.dispatch import event_on_commit
 from scheduling.errors import Conflict, DomainError
 from scheduling.models import (
     Allocation,
@@ -24,6 +24,7 @@ from scheduling.models import (
     Tenant,
     priority_policy,
 )
+from scheduling.pass_asks import event_and_pass_on_commit, request_pass_on_commit
 from scheduling.states import FINAL, HOLDING, State
 
 

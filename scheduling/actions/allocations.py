@@ -10,10 +10,10 @@ from django.db import connection, transaction
 from django.db.models import Case, Value, When
 from django.utils import timezone
 
-from scheduling.dispatch import request_pass_on_commit
 from scheduling.errors import InvalidTransition
 from scheduling.models import Allocation, AllocationEvent, PreemptionDecision
 from scheduling.models.allocations import DependencyStatus
+from scheduling.pass_asks import request_pass_on_commit
 from scheduling.passes.bulk import array_type, column, execute, insert_rows, stored
 from scheduling.states import FINAL, State, allowed
 

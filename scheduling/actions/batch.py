@@ -19,10 +19,11 @@ from scheduling.actions.admission import allocation_cancel
 from scheduling.actions.policies import policy_change_record
 from scheduling.actions.preemption import allocations_preempt
 from scheduling.actions.release import give_back_borrowed
-from scheduling.dispatch import event_on_commit, request_pass_on_commit
+from scheduling.dispatch import event_on_commit
 from scheduling.errors import Conflict, DomainError
 from scheduling.models import Allocation, AllocationEvent, JobArray
 from scheduling.models.allocations import HeldBy
+from scheduling.pass_asks import request_pass_on_commit
 from scheduling.states import FINAL, State
 
 HOLDABLE = (State.PENDING, State.SUSPENDED)

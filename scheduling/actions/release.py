@@ -10,8 +10,9 @@ from django.utils import timezone
 
 from nodes.models import Node
 from nodes.protocol import Kill, Terminate
-from scheduling.dispatch import agent_command_on_commit, request_pass_on_commit
+from scheduling.dispatch import agent_command_on_commit
 from scheduling.models import Allocation, Placement, PreemptionDecision
+from scheduling.pass_asks import request_pass_on_commit
 from scheduling.states import State
 
 

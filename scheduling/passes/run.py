@@ -16,12 +16,13 @@ from django.utils import timezone
 
 from scheduling.actions.dependencies import dependencies_settle
 from scheduling.actions.starts import allocation_place
-from scheduling.dispatch import SCHEDULE_PASS, pass_starting, task_on_commit
+from scheduling.dispatch import SCHEDULE_PASS, task_on_commit
 from scheduling.engine import Decision, decide
 from scheduling.engine import model as em
 from scheduling.errors import DomainError
 from scheduling.models import Allocation, ResourceGroup
 from scheduling.models.records import Execution
+from scheduling.pass_asks import pass_starting
 from scheduling.passes import fairshare, snapshot_cache
 from scheduling.passes.holds import holds_of, release_reservation, reserve_holds
 from scheduling.passes.locks import group_lock

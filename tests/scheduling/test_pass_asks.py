@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from scheduling import dispatch, tasks
+from scheduling import dispatch, pass_asks, tasks
 from scheduling.models import Allocation
 from scheduling.passes.run import schedule_pass
 from tests.scheduling.batch_helpers import job_id
@@ -47,13 +47,13 @@ def cluster(resource_group, vcluster_hpc, two_nodes, tenant_physics):
 
 
 def _mark(group_id: int) -> bool:
-    return bool(dispatch._redis().exists(dispatch._pass_asked_key(group_id)))
+    return bool(dispatch._redis().exists(pass_asks._pass_asked_key(group_id)))
 
 
 @pytest.mark.redis
 def test_a_burst_of_submissions_sends_one_message_and_its_pass_reads_every_one(
         cluster, broker, django_capture_on_commit_callbacks):
-    dispatch.pass_starting(cluster.pk)  # no mark left by an earlier test
+    pass_asks.pass_starting(cluster.pk)  # no mark left by an earlier test
     alice = client_for("alice")
     ids = []
     for _ in range(3):
@@ -70,7 +70,7 @@ def test_a_burst_of_submissions_sends_one_message_and_its_pass_reads_every_one(
 @pytest.mark.redis
 def test_a_change_committed_after_the_pass_started_sends_a_message_of_its_own(
         cluster, broker, django_capture_on_commit_callbacks):
-    dispatch.pass_starting(cluster.pk)
+    pass_asks.pass_starting(cluster.pk)
     alice = client_for("alice")
     with django_capture_on_commit_callbacks(execute=True):
         job_id(alice, per_node={"gpu": 8})
@@ -84,7 +84,7 @@ def test_a_change_committed_after_the_pass_started_sends_a_message_of_its_own(
 
 @pytest.mark.redis
 def test_a_message_the_broker_refused_takes_its_mark_with_it(cluster, broker, django_capture_on_commit_callbacks):
-    dispatch.pass_starting(cluster.pk)
+    pass_asks.pass_starting(cluster.pk)
     alice = client_for("alice")
     broker.down = True
     with django_capture_on_commit_callbacks(execute=True):
@@ -98,13 +98,13 @@ def test_a_message_the_broker_refused_takes_its_mark_with_it(cluster, broker, dj
 
 @pytest.mark.redis
 def test_a_mark_whose_message_was_lost_lapses(cluster, broker, monkeypatch, django_capture_on_commit_callbacks):
-    monkeypatch.setattr(dispatch, "PASS_ASKED_TTL_S", 0.2)
-    dispatch.pass_starting(cluster.pk)
+    monkeypatch.setattr(pass_asks, "PASS_ASKED_TTL_S", 0.2)
+    pass_asks.pass_starting(cluster.pk)
     alice = client_for("alice")
     with django_capture_on_commit_callbacks(execute=True):
         job_id(alice, per_node={"gpu": 1})
     # (the message is lost: no pass starts)
-    assert 0 < dispatch._redis().pttl(dispatch._pass_asked_key(cluster.pk)) <= 200
+    assert 0 < dispatch._redis().pttl(pass_asks._pass_asked_key(cluster.pk)) <= 200
     time.sleep(0.3)
     with django_capture_on_commit_callbacks(execute=True):
         job_id(alice, per_node={"gpu": 1})
@@ -150,7 +150,7 @@ def test_in_the_embedded_mode_every_submission_runs_its_pass_at_once(cluster, mo
     def no_redis() -> None:
         raise AssertionError("the embedded mode keeps no mark")
 
-    monkeypatch.setattr(dispatch, "_ask_pass", no_redis)
+    monkeypatch.setattr(pass_asks, "_ask_pass", no_redis)
     alice = client_for("alice")
     with override_settings(CELERY_TASK_ALWAYS_EAGER=True, REDIS_URL=None):
         for _ in range(2):
@@ -163,7 +163,7 @@ def test_in_the_embedded_mode_every_submission_runs_its_pass_at_once(cluster, mo
 @pytest.mark.redis
 def test_a_watched_submission_is_heard_and_its_pass_asked_once_for_the_burst(
         cluster, broker, monkeypatch, django_capture_on_commit_callbacks):
-    dispatch.pass_starting(cluster.pk)
+    pass_asks.pass_starting(cluster.pk)
     heard: list[tuple[str, dict[str, Any]]] = []
     monkeypatch.setattr(dispatch, "_send_all", lambda messages, what: heard.extend(messages))
     alice = client_for("alice")
@@ -183,7 +183,7 @@ def test_a_watched_submission_is_heard_and_its_pass_asked_once_for_the_burst(
 @pytest.mark.redis
 def test_the_pass_is_asked_even_when_the_event_cannot_be_sent(cluster, broker, monkeypatch,
                                                                django_capture_on_commit_callbacks):
-    dispatch.pass_starting(cluster.pk)
+    pass_asks.pass_starting(cluster.pk)
 
     def broken(*args: Any) -> None:
         raise RuntimeError("live feed broken")
