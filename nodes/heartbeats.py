@@ -54,9 +54,13 @@ def persist(batch: list[tuple[int, int]], now: datetime) -> list[bool]:
                 Node.objects.filter(pk=node_id).update(last_seq=seq, last_heartbeat_at=now)
             Node.objects.filter(pk__in=list(changed), state__in=REVIVED, health_reason="").update(
                 state=NodeState.READY)
-    nodes_changed([node_id for (node_id, _), ok in zip(batch, accepted, strict=True)
-                   if ok and states.get(node_id) in REVIVED])
+    nodes_changed(_revived(batch, accepted, states))
     return accepted
+
+
+def _revived(batch: list[tuple[int, int]], accepted: list[bool], states: dict[int, str | None]) -> list[int]:
+    """The nodes an accepted heartbeat of the batch brought back (they were degraded or unknown)."""
+    return [node_id for (node_id, _), ok in zip(batch, accepted, strict=True) if ok and states.get(node_id) in REVIVED]
 
 
 def _revivable(state: str, health_reason: str) -> str | None:
@@ -145,7 +149,7 @@ class LoopWriter:
             await conn.close()
             raise
         accepted = _judge(batch, last)
-        revived = [node_id for (node_id, _), ok in zip(batch, accepted, strict=True) if ok and states.get(node_id) in REVIVED]
+        revived = _revived(batch, accepted, states)
         if revived:  # rare (a node back from silence): its event is read and sent from a thread
             await database_sync_to_async(nodes_changed)(revived)
         return accepted

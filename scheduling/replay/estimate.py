@@ -14,7 +14,6 @@ the snapshot instead of an empty cluster, and stopped once every pending request
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -77,13 +76,11 @@ def forward_replay(cluster: Cluster, policy: em.Policy, pending: Iterable[em.All
                      incremental=incremental, cluster=start, measure=False)
     sim.arrivals = []
     sim.borrowed = {n.name: n.borrowed_by for n in cluster.nodes.values() if n.borrowed_by is not None}
-    for a in running:  # their ends pushed in this order, the heap made once
-        st = sim.jobs[int(a.id)]
+    states = [sim.jobs[int(a.id)] for a in running]
+    for a, st in zip(running, states, strict=True):
         st.started = a.started_at if a.started_at is not None else now
         st.left = ends[st.idx] - st.started
-        sim.seq += 1
-        sim.heap.append((ends[st.idx], END, sim.seq, st.idx, st.epoch))
-    heapq.heapify(sim.heap)
+    sim._push_all((ends[st.idx], END, st.idx, st.epoch) for st in states)
     for a in pending:
         st = sim.jobs[int(a.id)]
         st._req = replace(a, held_nodes=()) if a.held_nodes else a  # the request itself: labels, flags, rank

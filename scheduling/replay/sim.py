@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from scheduling.engine import Cluster, Decision
@@ -146,6 +146,13 @@ class Simulation(IncrementalPass):
     def _push(self, t: float, kind: int, idx: int, epoch: int = 0) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (t, kind, self.seq, idx, epoch))
+
+    def _push_all(self, events: Iterable[tuple[float, int, int, int]]) -> None:
+        """Many ``_push`` (time, kind, idx, epoch) at once: in this order, the heap made once."""
+        for t, kind, idx, epoch in events:
+            self.seq += 1
+            self.heap.append((t, kind, self.seq, idx, epoch))
+        heapq.heapify(self.heap)
 
     def _event(self, kind: int, idx: int, epoch: int, t: float) -> None:
         st = self.jobs.get(idx)
