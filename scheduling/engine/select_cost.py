@@ -27,7 +27,7 @@ def select_class_cost(view: RequestView, pool: BArr, cost: FArr, start: FArr, bo
                       value: float | None, cost_key: tuple[float, ...]) -> Selection:
     open_ents, open_slots = open_entries(view)
     member = pool[open_slots]
-    ents = open_ents[member]  # pool_entries(view, pool)
+    ents = open_ents[member]  # what pool_entries(view, pool) gives, keeping the membership mask
     in_pool = pool_mask(view.cluster, ents)
     potential = pool_potential(view, member, ents, in_pool)
     if not len(ents) or not feasible_with_all(view, potential):
