@@ -186,6 +186,21 @@ def test_a_cursor_this_list_never_gave_is_a_400_naming_it(request, who, url):
     assert list(response.json()) == ["cursor"]
 
 
+@pytest.mark.parametrize("position", ["abc", "-1", "1.5", "99999999999999999999", "\u0661"])
+@pytest.mark.parametrize(("who", "url"), [("alice", "/api/v1/allocations/"), ("alice", "/api/v1/preemptions/"),
+                                          ("ops", "/api/v1/preemptions/"), ("ops", "/api/v1/audit/")])
+def test_a_cursor_in_the_right_form_with_a_position_no_row_has_is_a_400(request, who, url, position):
+    """Well-formed (base64 of the query string DRF writes) but not a row id where the list is by
+    id: refused as any cursor it never gave, not a 500 from the database."""
+    import base64
+    from urllib.parse import urlencode
+
+    cursor = base64.b64encode(urlencode({"p": position}).encode()).decode()
+    response = request.getfixturevalue(who).get(url, {"cursor": cursor})
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["cursor"]
+
+
 def test_a_cursor_the_list_gave_still_pages(alice, make_allocation, settings):
     for _ in range(51):
         make_allocation(state="pending")
