@@ -66,19 +66,22 @@ def events_of(allocation: Allocation) -> QuerySet[AllocationEvent]:
     return allocation.events.select_related("actor").order_by("created_at", "id")
 
 
-def decisions_visible(user: Any) -> QuerySet[PreemptionDecision]:
+def decisions_visible(user: Any, id_bound: tuple[str, int] | None = None) -> QuerySet[PreemptionDecision]:
     """Operators read every decision; a member those its tenants are in the audience of.
 
     One tenant (the usual case) is a join on the (tenant, decision) index, which
     the database walks newest first; several tenants a semi-join, so no row repeats.
+    ``id_bound`` (a lookup and a value, as ``NewestFirst.id_bound`` gives a page's cursor) is
+    put on the audience's own decision column too, so a deep page starts where its cursor is.
     """
     qs = PreemptionDecision.objects.select_related("preemptor", "resource_group")
     if is_operator(user):
         return qs
     mine = tenant_ids(user)
-    if len(mine) == 1:
-        return qs.filter(audience__tenant_id=mine[0])
-    return qs.filter(pk__in=DecisionAudience.objects.filter(tenant_id__in=mine).values("decision_id"))
+    bound = {f"decision_id__{id_bound[0]}": id_bound[1]} if id_bound else {}
+    if len(mine) == 1:  # one filter() call: the bound is on the same join as the tenant
+        return qs.filter(audience__tenant_id=mine[0], **{f"audience__{k}": v for k, v in bound.items()})
+    return qs.filter(pk__in=DecisionAudience.objects.filter(tenant_id__in=mine, **bound).values("decision_id"))
 
 
 # What a list shows of a decision: no candidates or policy (a record can hold thousands of candidates).

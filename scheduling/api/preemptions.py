@@ -25,7 +25,10 @@ class PreemptionViewSet(viewsets.ReadOnlyModelViewSet):
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Newest first, a cursor per page; each record without its candidates (see the detail)."""
-        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()).values(*LIST_FIELDS))
+        paginator = self.paginator
+        bound = paginator.id_bound(request) if isinstance(paginator, NewestFirst) else None
+        visible = decisions_visible(request.user, bound)
+        page = self.paginate_queryset(self.filter_queryset(visible).values(*LIST_FIELDS))
         assert page is not None
         return self.get_paginated_response(redact_rows(page, request.user))
 

@@ -89,6 +89,46 @@ def test_decision_list_walks_pages_by_cursor_in_fixed_queries(resource_group, te
     assert seen == sorted((r.pk for r in records), reverse=True)
 
 
+@pytest.mark.parametrize("members_of", [1, 2])
+def test_a_tenant_s_deep_pages_start_at_their_cursor_in_the_audience_index(
+        members_of, resource_group, tenant_physics, tenant_chemistry, api_for, django_user_model):
+    """Forward and back, every page the cursor gives is the one the plain list has there, and the
+    page's bound is on the audience's decision column, so the (tenant, decision) index is read
+    from the cursor on (a bound on the decision's id alone is not carried across the join)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduling.models import Membership
+
+    now = timezone.now()
+    records = PreemptionDecision.objects.bulk_create([
+        PreemptionDecision(resource_group=resource_group, decided_for=now, result="wait", code="NO_CAPACITY",
+                           explanation=f"record {i}") for i in range(400)])
+    # physics reads every third record, chemistry every other (some both): each tenant's ids have gaps.
+    DecisionAudience.objects.bulk_create(
+        [DecisionAudience(tenant=tenant_physics, decision=r) for r in records[::3]]
+        + [DecisionAudience(tenant=tenant_chemistry, decision=r) for r in records[::2]])
+    reader = django_user_model.objects.create_user("erin", password="pw-erin-123")
+    tenants = [tenant_physics, tenant_chemistry][:members_of]
+    for tenant in tenants:
+        Membership.objects.create(user=reader, tenant=tenant)
+    visible = sorted({a.decision_id for a in DecisionAudience.objects.filter(tenant__in=tenants)}, reverse=True)
+    client = api_for("erin")
+    pages, url = [], "/api/v1/preemptions/"
+    while url:
+        with CaptureQueriesContext(connection) as queries:
+            body = client.get(url).json()
+        pages.append([d["id"] for d in body["results"]])
+        if len(pages) > 1:  # behind a cursor: the bound is on the audience's column
+            listing = next(q["sql"] for q in queries if "scheduling_preemptiondecision" in q["sql"]
+                           and "ORDER BY" in q["sql"])
+            assert '"decision_id" <=' in listing, listing  # (only the audience has that column)
+        url = body["next"]
+    assert [i for page in pages for i in page] == visible and len(pages) >= 2
+    back = client.get(body["previous"]).json()  # from the last page, one back
+    assert [d["id"] for d in back["results"]] == pages[-2]
+
+
 def test_allocation_history_is_paged_oldest_first(api_for, make_allocation):
     from scheduling.models import AllocationEvent
 
