@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from scheduling.models import MetricRollup
 from scheduling.models.usage import UsageSample, UsageScope
-from scheduling.usage import COUNTERS, GAUGES, floor_to
+from scheduling.usage import COUNTERS, GAUGES, MARK, floor_to
 from scheduling.usage_fold import merge
 
 GENERATION = "usage:generation"  # the MetricRollup key the trigger sets (migration 0021)
@@ -102,11 +102,26 @@ def series(*, scope: str, scope_id: int, range_name: str, resource_group_id: int
     read = _built_sql if connection.vendor == "postgresql" else _built_orm
     built = read(scope, scope_id, begin, end, step, resource_group_id)
     out: dict[str, Any] = {"range": range_name, "step": step, "t": starts}
-    for field in (*GAUGES, *COUNTERS):
+    # A gauge is its step's mean. The latest step is still filling: its mean is over the part of
+    # it sampled so far, not over the whole step (which would draw every chart's last point low).
+    until = _sampled_until(end)
+    span_of = {s: until - s for s in starts[-2:] if 0 < until - s < step}
+    for field in GAUGES:
+        out[field] = [round(float(built.get(s, {}).get(field) or 0.0) * step / span_of.get(s, step), 4)
+                      for s in starts]
+    for field in COUNTERS:
         out[field] = [round(float(built.get(s, {}).get(field) or 0.0), 4) for s in starts]
     reasons = sorted({r for cell in built.values() for r in cell.get("preemptions", {})})
     out["preemptions"] = {r: [built.get(s, {}).get("preemptions", {}).get(r, 0) for s in starts] for r in reasons}
     return out
+
+
+def _sampled_until(end: datetime) -> int:
+    """Epoch seconds up to which minutes are sampled (the sampler's mark), at most ``end``; ``end``
+    where nothing has been sampled yet."""
+    mark = MetricRollup.objects.filter(key=MARK).values_list("value", flat=True).first()
+    limit = int(end.timestamp())
+    return limit if mark is None else min(limit, int(mark))
 
 
 def generation() -> int | None:

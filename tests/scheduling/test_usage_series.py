@@ -85,7 +85,14 @@ def test_series_endpoint_serves_the_stored_values_to_whom_may_read_them(resource
     assert sum(body["gpu_used"]) == 6
     alice = api_for("alice")
     mine = alice.get("/api/v1/usage/series/", {"scope": "tenant", "name": "physics", "range": "24h"}).json()
-    assert mine["step"] == 900 and sum(mine["gpu_used"]) == pytest.approx(5 / 15, abs=1e-4) and sum(mine["pending"]) == 0.2
+    # One minute of 5 GPUs (and 3 pending) in a quarter: its mean over the quarter, or, where that
+    # quarter is the latest and still filling, over its minutes so far (the request may read the
+    # clock a minute after this test did).
+    quarter = usage.floor_to(now - timedelta(minutes=3), 900)
+    so_far = [min(900.0, (now - quarter).total_seconds() + extra) for extra in (0, 60)]
+    assert mine["step"] == 900
+    assert any(sum(mine["gpu_used"]) == pytest.approx(5 * 60 / span, abs=1e-4)
+               and sum(mine["pending"]) == pytest.approx(3 * 60 / span, abs=1e-4) for span in so_far), mine
     assert alice.get("/api/v1/usage/series/", {"scope": "tenant", "name": "chemistry"}).status_code == 403
     assert alice.get("/api/v1/usage/series/", {"scope": "group", "name": "rg-main"}).status_code == 403
     # Names that exist and names that do not are refused alike: a tenant cannot probe for them.
@@ -140,3 +147,28 @@ def test_a_range_over_minutes_and_quarters_reads_the_same_grouped_in_sql_or_merg
     assert recent["preemptions"] == {"A": 2}
     assert older["gpu_used"] == pytest.approx(4 * 60 / 240) and older["pending"] == pytest.approx(2 * 60 / 240)
     assert older["preemptions"] == {"B": 12}
+
+
+def test_the_latest_step_is_a_mean_over_its_part_sampled_so_far(resource_group):
+    """A 24 h chart 7 minutes into a quarter, the sampler's mark 6 minutes in: 8 GPUs used in every
+    minute sampled reads 8 in that quarter as in the full ones, not 8 x 6/15; counters are sums."""
+    from scheduling import usage_series
+
+    now = datetime(2026, 11, 28, 10, 7, 20, tzinfo=UTC)
+    quarter = datetime(2026, 11, 28, 10, 0, tzinfo=UTC)
+    rg = resource_group.pk
+    minutes = [quarter - timedelta(minutes=m) for m in range(1, 16)] + [quarter + timedelta(minutes=m)
+                                                                        for m in range(6)]
+    UsageSample.objects.bulk_create([
+        UsageSample(resolution=60, start=m, scope="g", scope_id=rg, resource_group_id=rg, gpu_used=8,
+                    gpu_hours_lost=0.5) for m in minutes])
+    MetricRollup.objects.create(key=usage.MARK, value=(quarter + timedelta(minutes=6)).timestamp())
+    body = usage_series.series(scope="g", scope_id=rg, range_name="24h", now=now)
+    at = {t: i for i, t in enumerate(body["t"])}
+    full, latest = at[int((quarter - timedelta(minutes=15)).timestamp())], at[int(quarter.timestamp())]
+    assert latest == len(body["t"]) - 1
+    assert body["gpu_used"][full] == body["gpu_used"][latest] == 8
+    assert (body["gpu_hours_lost"][full], body["gpu_hours_lost"][latest]) == (7.5, 3.0)
+    MetricRollup.objects.filter(key=usage.MARK).delete()  # nothing sampled by the sampler: up to now
+    again = usage_series.series(scope="g", scope_id=rg, range_name="24h", now=now)
+    assert again["gpu_used"][latest] == pytest.approx(8 * 6 / 7, abs=1e-4)  # 6 of the 7 minutes so far
