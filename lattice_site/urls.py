@@ -13,6 +13,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     # /healthz, /healthz/live and /healthz/ready are answered by lattice_site.probes.ProbeMiddleware.
     path("metrics", metrics_view, name="metrics"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -22,7 +22,7 @@ BAR = '<header class="top lattice-nav">'
 # Routes that are not pages: JSON and text for programs, and POST-only actions (405 on GET, checked).
 # A policy evaluation's report is the replay's self-contained HTML page, shown in a frame; the
 # others are not HTML (a metrics text, a schema, a script).
-NOT_PAGES = {"metrics", "schema", "ops-evaluation-report", "api-redoc-bundle"}
+NOT_PAGES = {"metrics", "schema", "ops-evaluation-report", "api-redoc-bundle", "favicon"}
 POST_ONLY = {"logout", "ops-pause", "ops-override", "job-cancel", "job-verb", "ops-evaluate", "ops-evaluation-cancel"}
 # Fragments a page fetches again to swap into itself: HTML without a bar of their own.
 FRAGMENTS = {"ops-state"}
