@@ -8,7 +8,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from scheduling.models import Allocation, PreemptionDecision
+from django.db.models import OuterRef, Subquery
+
+from scheduling.models import Allocation, AllocationEvent, PreemptionDecision
 from scheduling.selectors import candidate_allocation
 
 # Which of an allocation's fields orders it under each policy kind: (column heading, field).
@@ -31,6 +33,24 @@ def _runtime(started: datetime | None, at: datetime) -> str:
         return "-"
     minutes = int((at - started).total_seconds() // 60)
     return f"{minutes // 60}h {minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
+
+
+def _state_at(at: datetime) -> dict[str, Subquery]:
+    """Each allocation's latest transition at or before ``at``: its state then, and since when."""
+    then = AllocationEvent.objects.filter(allocation=OuterRef("pk"), created_at__lte=at).order_by("-created_at", "-id")
+    return {"state_then": Subquery(then.values("to_state")[:1]), "since_then": Subquery(then.values("created_at")[:1])}
+
+
+def _as_at(row: dict[str, Any], at: datetime) -> dict[str, Any]:
+    """An allocation's facts as at the decision: running then since its latest start before it
+    (it may have been preempted and started again since, elsewhere); its nodes only where the run
+    it is on now (or last was) is that same run, else unknown here."""
+    if row["since_then"] is None:  # no transition recorded before it: the allocation as it is now
+        return row
+    running = row["state_then"] == "running"
+    same_run = running and row["started_at"] is not None and row["started_at"] <= at
+    return {**row, "started_at": row["started_at"] if same_run else row["since_then"] if running else None,
+            "ran_on": row["ran_on"] if same_run else None}
 
 
 def _rows(entries: list[dict[str, Any]], facts: dict[int, dict[str, Any]], field: str,
@@ -58,9 +78,10 @@ def readable_candidates(d: PreemptionDecision) -> dict[str, Any]:
     heading, field = STANDING.get(kind, STANDING["class_cost"])
     entries = list(d.victims or []) + list(d.candidates or [])
     ids = {pk for e in entries if (pk := candidate_allocation(e.get("id"))) is not None}
-    facts = {row["id"]: row for row in Allocation.objects.filter(pk__in=ids).values(
+    facts = {row["id"]: _as_at(row, d.decided_for) for row in Allocation.objects.filter(pk__in=ids).annotate(
+        **_state_at(d.decided_for)).values(
         "id", "tenant__name", "preemption_class", "priority", "rank", "node_count", "per_node_gpu", "ran_on",
-        "started_at")}
+        "started_at", "state_then", "since_then")}
     return {"standing": heading, "victims": _rows(list(d.victims or []), facts, field, d.decided_for),
             "candidates": _rows(list(d.candidates or []), facts, field, d.decided_for),
             "others": [e["summary"] for e in d.candidates or [] if "summary" in e]}

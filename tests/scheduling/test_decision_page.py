@@ -50,3 +50,35 @@ def test_candidates_by_id_with_their_facts_and_the_outcome_once(client, operator
         assert row[1:6] == facts[pk] and row[8] == cost[pk]
     assert "LOWER_CLASS" in rows[2][0]
     assert _rows(html, "victims") == [[f"#{nine.pk}", *facts[nine.pk], "priority", "checkpoint", "1.23"]]
+
+
+def test_a_victim_started_again_since_shows_its_runtime_at_the_decision_not_its_new_nodes(
+        client, operator, resource_group, make_allocation):
+    """Preempted at the decision, requeued and started again elsewhere later: the page reads the
+    runtime it had at the decision from its history, and does not put it on its new nodes."""
+    from scheduling.models import AllocationEvent
+
+    at = timezone.now() - timedelta(minutes=30)
+    victim = make_allocation(state="running", node_count=1, per_node_gpu=8, preemption_class=2,
+                             ran_on=["gpu-later"], started_at=at + timedelta(minutes=10))
+    steady = make_allocation(state="running", node_count=1, per_node_gpu=8, preemption_class=1,
+                             ran_on=["gpu-steady"], started_at=at - timedelta(minutes=3))
+    high = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=8)
+    history = [(victim, "pending", at - timedelta(minutes=50)), (victim, "running", at - timedelta(minutes=42)),
+               (victim, "preempting", at + timedelta(seconds=1)), (victim, "pending", at + timedelta(minutes=2)),
+               (victim, "running", at + timedelta(minutes=10)), (steady, "running", at - timedelta(minutes=3))]
+    for alloc, state, when in history:
+        event = AllocationEvent.objects.create(allocation=alloc, to_state=state, reason=state)
+        AllocationEvent.objects.filter(pk=event.pk).update(created_at=when)
+    d = PreemptionDecision.objects.create(
+        resource_group=resource_group, preemptor=high, decided_for=at, result="preempt", code="PREEMPT",
+        explanation="x", outcome="executed", policy_snapshot={"kind": "class_cost"},
+        victims=[{"id": str(victim.pk), "reason": "priority", "action": "checkpoint"}],
+        candidates=[{"id": str(victim.pk), "verdict": "selected", "code": "SELECTED"},
+                    {"id": str(steady.pk), "verdict": "eligible", "code": "OK"}])
+    client.force_login(operator)
+    html = client.get(f"/ops/decisions/{d.pk}/").content.decode()
+    by_id = {row[0]: row for row in _rows(html, "candidates")}
+    assert by_id[f"#{victim.pk}"][4:6] == ["-", "42m"]  # nodes unknown here now; 42 minutes into its run
+    assert by_id[f"#{steady.pk}"][4:6] == ["gpu-steady", "3m"]
+    assert _rows(html, "victims")[0][4:6] == ["-", "42m"]
