@@ -163,9 +163,10 @@ class LatticeCollector(Collector):
         yield latency
 
         queue = GaugeMetricFamily("lattice_pending_queue_length", "Pending allocations", labels=["resource_group"])
-        for name, n in Allocation.objects.filter(state=State.PENDING).values_list("resource_group__name").annotate(
-                n=Count("id")).order_by("resource_group__name"):
-            queue.add_metric([name], n)
+        pending = dict(Allocation.objects.filter(state=State.PENDING).values_list("resource_group_id").annotate(
+            n=Count("id")).values_list("resource_group_id", "n"))
+        for pk, name in ResourceGroup.objects.order_by("name").values_list("pk", "name"):  # an empty queue is 0
+            queue.add_metric([name], pending.get(pk, 0))
         yield queue
 
         yield from _tenant_shares()

@@ -128,3 +128,14 @@ def test_production_closes_metrics_by_default_and_refuses_a_malformed_digest(tmp
     bad = subprocess.run([sys.executable, "-c", code], env={**env, "METRICS_TOKEN_SHA256": "abc"},
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "METRICS_TOKEN_SHA256" in bad.stderr
+
+
+def test_every_group_has_its_pending_queue_length_an_empty_one_zero(client, resource_group, make_allocation):
+    from scheduling.models import ResourceGroup
+
+    ResourceGroup.objects.create(name="idle", policy={"kind": "class_cost"})
+    make_allocation(state="pending", node_count=1, per_node_gpu=8)
+    make_allocation(state="running", node_count=1, per_node_gpu=8)
+    scraped = _scrape(client)
+    assert scraped[("lattice_pending_queue_length", (("resource_group", "rg-main"),))] == 1
+    assert scraped[("lattice_pending_queue_length", (("resource_group", "idle"),))] == 0
