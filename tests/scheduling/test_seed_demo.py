@@ -40,6 +40,8 @@ def test_seed_demo_builds_the_demo_cluster_and_is_idempotent():
     op = authenticate(username="operator", password="lattice-operator")
     assert op is not None and op.is_staff
     assert authenticate(username="alice", password="lattice-demo").memberships.get().tenant.name == "physics"
+    # Each demo tenant's work goes to gpu-main when it names no group (the CLI without --group).
+    assert set(Tenant.objects.values_list("quota__default_resource_group__name", flat=True)) == {"gpu-main"}
 
 
 def test_the_fair_share_demo_group_starves_biology_until_it_preempts():

@@ -125,13 +125,14 @@ class Command(BaseCommand):
                                   "labels": {"switch": f"{prefix}-s{(i - 1) // 4 + 1}", "gpu_model": "h100"},
                                   "state": NodeState.READY})
 
+        main = ResourceGroup.objects.get(name="gpu-main")  # where work goes without --group
         for tname, q in TENANTS.items():
             tenant, _ = Tenant.objects.get_or_create(name=tname, defaults={"display_name": tname.title()})
             Quota.objects.get_or_create(tenant=tenant, defaults={
                 "fair_share": q["fair_share"], "burst_allowance": q["burst_allowance"],
                 "max_nodes": q["max_nodes"], "max_gpus": q["max_gpus"], "max_concurrent_allocations": 40,
                 "max_preemption_class": 9, "max_priority": 90,
-                "gpu_hours_budget": q["budget"]})
+                "gpu_hours_budget": q["budget"], "default_resource_group": main})
             user, created = User.objects.get_or_create(username=MEMBERS[tname])
             if created:
                 user.set_password(MEMBER_PASSWORD)
