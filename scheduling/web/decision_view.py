@@ -36,18 +36,21 @@ def _runtime(started: datetime | None, at: datetime) -> str:
 
 
 def _state_at(at: datetime) -> dict[str, Subquery]:
-    """Each allocation's latest transition at or before ``at``: its state then, and since when."""
+    """Each allocation's state at ``at`` (its latest transition at or before it) and when it last
+    started running before it (an agent's running-to-running report of where it started is not a
+    start)."""
     then = AllocationEvent.objects.filter(allocation=OuterRef("pk"), created_at__lte=at).order_by("-created_at", "-id")
-    return {"state_then": Subquery(then.values("to_state")[:1]), "since_then": Subquery(then.values("created_at")[:1])}
+    started = then.filter(to_state="running").exclude(from_state="running")
+    return {"state_then": Subquery(then.values("to_state")[:1]), "since_then": Subquery(started.values("created_at")[:1])}
 
 
 def _as_at(row: dict[str, Any], at: datetime) -> dict[str, Any]:
     """An allocation's facts as at the decision: running then since its latest start before it
     (it may have been preempted and started again since, elsewhere); its nodes only where the run
     it is on now (or last was) is that same run, else unknown here."""
-    if row["since_then"] is None:  # no transition recorded before it: the allocation as it is now
+    if row["state_then"] is None:  # no transition recorded before it: the allocation as it is now
         return row
-    running = row["state_then"] == "running"
+    running = row["state_then"] == "running" and row["since_then"] is not None
     same_run = running and row["started_at"] is not None and row["started_at"] <= at
     return {**row, "started_at": row["started_at"] if same_run else row["since_then"] if running else None,
             "ran_on": row["ran_on"] if same_run else None}

@@ -64,11 +64,16 @@ def test_a_victim_started_again_since_shows_its_runtime_at_the_decision_not_its_
     steady = make_allocation(state="running", node_count=1, per_node_gpu=8, preemption_class=1,
                              ran_on=["gpu-steady"], started_at=at - timedelta(minutes=3))
     high = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=8)
-    history = [(victim, "pending", at - timedelta(minutes=50)), (victim, "running", at - timedelta(minutes=42)),
-               (victim, "preempting", at + timedelta(seconds=1)), (victim, "pending", at + timedelta(minutes=2)),
-               (victim, "running", at + timedelta(minutes=10)), (steady, "running", at - timedelta(minutes=3))]
-    for alloc, state, when in history:
-        event = AllocationEvent.objects.create(allocation=alloc, to_state=state, reason=state)
+    # The agent's report of where the run started is a running-to-running event, not a start.
+    history = [(victim, "", "pending", at - timedelta(minutes=50)),
+               (victim, "pending", "running", at - timedelta(minutes=42)),
+               (victim, "running", "running", at - timedelta(minutes=1)),
+               (victim, "running", "preempting", at + timedelta(seconds=1)),
+               (victim, "preempting", "pending", at + timedelta(minutes=2)),
+               (victim, "pending", "running", at + timedelta(minutes=10)),
+               (steady, "pending", "running", at - timedelta(minutes=3))]
+    for alloc, before, state, when in history:
+        event = AllocationEvent.objects.create(allocation=alloc, from_state=before, to_state=state, reason=state)
         AllocationEvent.objects.filter(pk=event.pk).update(created_at=when)
     d = PreemptionDecision.objects.create(
         resource_group=resource_group, preemptor=high, decided_for=at, result="preempt", code="PREEMPT",
