@@ -67,12 +67,16 @@ def _counts(qs: Any) -> dict[int, list[tuple[str, int]]]:
     return out
 
 
-def _tiles() -> dict[int, list[Tile]]:
-    used = dict(Placement.objects.filter(kind="assigned").values("node_id").annotate(g=Sum("gpu"))
+def tiles_by_group(group_id: int | None = None) -> dict[int, list[Tile]]:
+    """Each group's node tiles (only ``group_id``'s when given), in name order."""
+    nodes, placements = Node.objects.all(), Placement.objects.all()
+    if group_id is not None:
+        nodes, placements = nodes.filter(resource_group_id=group_id), placements.filter(node__resource_group_id=group_id)
+    used = dict(placements.filter(kind="assigned").values("node_id").annotate(g=Sum("gpu"))
                 .values_list("node_id", "g"))
-    held = set(Placement.objects.filter(kind="held").values_list("node_id", flat=True))
+    held = set(placements.filter(kind="held").values_list("node_id", flat=True))
     out: dict[int, list[Tile]] = {}
-    for node in Node.objects.select_related("borrowed_by").order_by("name"):
+    for node in nodes.select_related("borrowed_by", "vcluster").order_by("name"):
         n = int(used.get(node.pk) or 0)
         out.setdefault(node.resource_group_id, []).append(
             Tile(node, n, tile_kind(node.state, node.gpu, n, node.pk in held)))
@@ -113,7 +117,7 @@ def cluster_state() -> dict[str, Any]:
     groups = list(ResourceGroup.objects.order_by("name"))
     nodes = _counts(Node.objects.all())
     work = _counts(Allocation.objects.filter(state__in=[State.PENDING, *HOLDING]))
-    tiles = _tiles()
+    tiles = tiles_by_group()
     rows = []
     for g in groups:
         mine = tiles.get(g.pk, [])

@@ -15,7 +15,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from nodes.models import Node
 from scheduling.actions.overrides import (
     allocation_force_preempt,
     allocation_protect,
@@ -44,6 +43,7 @@ from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
 from scheduling.waiting import why_waiting
 from scheduling.web.charts import RANGES, group_charts, members_charts
 from scheduling.web.confirm import confirmation
+from scheduling.web.console import LEGEND, tiles_by_group
 from scheduling.web.decision_view import decision_title, readable_candidates
 from scheduling.web.evaluations import editor_context, evaluation_of
 from scheduling.web.paging import older_page
@@ -54,7 +54,7 @@ QUEUE_SHOWN = 100  # requests on the group page, by position, then those set asi
 @operator_required
 def group_detail(request: HttpRequest, name: str) -> HttpResponse:
     group = get_object_or_404(ResourceGroup, name=name)
-    nodes = list(Node.objects.filter(resource_group=group).select_related("vcluster", "borrowed_by").order_by("name"))
+    tiles = tiles_by_group(group.pk).get(group.pk, [])
     on: dict[int, list[int]] = {}
     for node_id, alloc_id in Placement.objects.filter(node__resource_group=group, kind="assigned").values_list(
             "node_id", "allocation_id"):
@@ -68,7 +68,9 @@ def group_detail(request: HttpRequest, name: str) -> HttpResponse:
     reasons = why_waiting(group, [r["id"] for r in queue])
     rows = [{**r, "why": latest.get(r["id"]), "reason": reasons.get(r["id"])} for r in queue]
     shares = standings(group, timezone.now(), policy) if policy.kind == "fair_share" else []
-    return render(request, "ops/group.html", {"group": group, "nodes": [(n, on.get(n.pk, [])) for n in nodes],
+    return render(request, "ops/group.html", {"group": group, "tiles": [(t, on.get(t.node.pk, [])) for t in tiles],
+                                              "legend": LEGEND, "gpus_used": sum(t.used for t in tiles if t.kind != "down"),
+                                              "gpus": sum(t.node.gpu for t in tiles if t.kind != "down"),
                                               "queue": rows, "shares": shares,
                                               "charts": group_charts(group) + members_charts(group),
                                               "chart_ranges": RANGES})

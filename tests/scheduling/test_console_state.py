@@ -54,6 +54,26 @@ def test_tiles_say_what_each_node_holds(client, operator, resource_group, vclust
     assert idle.pk  # (idle is the node with nothing on it)
 
 
+def test_a_group_page_has_the_same_tiles_and_legend_for_its_own_nodes_with_their_work(
+        client, operator, resource_group, vcluster_hpc, make_allocation):
+    other = ResourceGroup.objects.create(name="rg-other", policy={"kind": "priority"})
+    Node.objects.create(name="n-elsewhere", resource_group=other, gpu=8, state="ready")
+    partly = Node.objects.create(name="n-partly", resource_group=resource_group, vcluster=vcluster_hpc, gpu=8,
+                                 state="ready")
+    Node.objects.create(name="n-drain", resource_group=resource_group, gpu=4, state="draining")
+    job = make_allocation(state="running", node_count=1, per_node_gpu=6)
+    job.placements.create(node=partly, gpu=6)
+    client.force_login(operator)
+    html = client.get("/ops/groups/rg-main/").content.decode()
+    tiles = {m.group(1): (m.group(2), f"{m.group(3)}/{m.group(4)}") for m in re.finditer(
+        r'<div class="tile [^"]*" data-node="([\w-]+)" data-kind="(\w+)" data-used="(\d+)" data-gpus="(\d+)"', html)}
+    assert tiles == {"n-partly": ("partly", "6/8"), "n-drain": ("draining", "0/4")}
+    assert 'class="tile partly level-3"' in html  # 6 of 8
+    assert f'href="/jobs/{job.pk}/"' in html and "6 of 12 GPUs in use" in html
+    legend = re.search(r'<ul class="legend"[^>]*>(.*?)</ul>', html, re.S).group(1)
+    assert "held for a preemptor" in legend and "partly used" in legend
+
+
 def test_attention_lists_what_an_operator_should_look_at(client, operator, resource_group, vcluster_hpc,
                                                          make_allocation, tenant_physics):
     client.force_login(operator)
