@@ -90,6 +90,16 @@ def allocation_submit(*, user: AbstractBaseUser, tenant: Tenant, group: Resource
     return alloc
 
 
+def within_quota(*, tenant: Tenant, fields: dict[str, Any]) -> None:
+    """What ``allocation_submit`` checks of the hard quota, without the lock: a what-if answers as
+    the submission would, a 409 naming the quota where it would be refused."""
+    quota = Quota.objects.filter(tenant=tenant).first()
+    if quota is None:
+        raise Conflict("the tenant has no quota; ask an operator", field="tenant")
+    nodes = int(fields.get("node_count", 1))
+    check_quota(quota, tenant_usage(tenant), nodes=nodes, gpus=nodes * int(fields.get("per_node_gpu", 0)))
+
+
 def array_submit(*, user: AbstractBaseUser, tenant: Tenant, group: ResourceGroup, fields: dict[str, Any],
                  spec: str, indices: list[int], throttle: int | None) -> JobArray:
     """Store an array: one pending allocation per index, each with ``LATTICE_ARRAY_ID`` and

@@ -13,7 +13,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from scheduling import decisions
-from scheduling.actions.admission import allocation_cancel, allocation_submit, array_submit
+from scheduling.actions.admission import (
+    allocation_cancel,
+    allocation_submit,
+    array_submit,
+    within_quota,
+)
 from scheduling.actions.batch import (
     allocation_hold,
     allocation_release_hold,
@@ -159,9 +164,11 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     @extend_schema(request=AllocationInput, responses={200: OpenApiTypes.OBJECT})
     @action(detail=False, methods=["post"], url_path="what-if")
     def what_if(self, request: Request) -> Response:
-        """The decision this request would get now. Nothing is stored."""
+        """The decision this request would get now. Nothing is stored. A request past its tenant's
+        hard quota is refused (409, naming the quota) as its submission would be."""
         data = AllocationInput(data=request.data, context={"request": request, "what_if": True})
         data.is_valid(raise_exception=True)
+        within_quota(tenant=data.validated_data["tenant_obj"], fields=data.model_fields())
         return Response(decisions.what_if(data.validated_data["resource_group"], data.validated_data["tenant_obj"],
                                           data.model_fields(), request.user.get_username()))
 

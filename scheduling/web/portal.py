@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from scheduling import decisions
-from scheduling.actions.admission import allocation_cancel, allocation_submit
+from scheduling.actions.admission import allocation_cancel, allocation_submit, within_quota
 from scheduling.actions.batch import allocation_hold, allocation_release_hold, allocation_requeue
 from scheduling.api.serializers import AllocationInput
 from scheduling.errors import DomainError
@@ -254,8 +254,13 @@ def submit(request: HttpRequest) -> HttpResponse:
         if not data.is_valid():
             errors = data.errors
         elif request.POST.get("action") == "whatif":
-            whatif = decisions.what_if(data.validated_data["resource_group"], data.validated_data["tenant_obj"],
-                                       data.model_fields(), request.user.get_username())
+            try:  # refused as the submission would be, past the tenant's hard quota
+                within_quota(tenant=data.validated_data["tenant_obj"], fields=data.model_fields())
+            except DomainError as exc:
+                errors = {"__all__": [exc.message]}
+            else:
+                whatif = decisions.what_if(data.validated_data["resource_group"], data.validated_data["tenant_obj"],
+                                           data.model_fields(), request.user.get_username())
         else:
             try:
                 alloc = allocation_submit(user=request.user, tenant=data.validated_data["tenant_obj"],

@@ -72,6 +72,24 @@ def test_quota_exceeded_is_409_naming_current_requested_and_limit(api_for, tenan
     assert Allocation.objects.count() == 1
 
 
+def test_what_if_answers_a_request_past_the_hard_quota_as_its_submission_would(api_for, tenant_physics, two_nodes):
+    """The nodes are free, so the engine alone says it fits; the submission is refused with a 409
+    naming the quota, and so is the what-if."""
+    quota = tenant_physics.quota
+    quota.max_gpus = 12
+    quota.save()
+    client = api_for("alice")
+    assert _submit(client).status_code == 201
+    refused = _submit(client)
+    what_if = client.post("/api/v1/allocations/what-if/", JOB, content_type="application/json")
+    assert refused.status_code == what_if.status_code == 409
+    assert what_if.json() == refused.json()
+    quota.max_gpus = 16
+    quota.save()
+    assert client.post("/api/v1/allocations/what-if/", JOB, content_type="application/json").json()["outcome"] == "fits"
+    assert Allocation.objects.count() == 1
+
+
 def test_other_tenants_allocation_is_404_on_every_endpoint(api_for, tenant_physics, tenant_chemistry, two_nodes,
                                                            resource_group):
     alloc_id = _submit(api_for("alice")).json()["id"]

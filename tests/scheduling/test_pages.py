@@ -127,6 +127,10 @@ def test_submit_form_what_if_stores_nothing_then_submit_stores(client, tenant_ph
     assert not Allocation.objects.exists()
     done = client.post("/jobs/new/", {**form, "action": "submit"})
     assert done.status_code == 302 and Allocation.objects.get().command == ["sleep", "5"]
+    tenant_physics.quota.max_gpus = 8  # the stored job holds them all: another would pass the quota
+    tenant_physics.quota.save()
+    past = client.post("/jobs/new/", {**form, "action": "whatif"}).content.decode()
+    assert "hard quota on GPUs (max_gpus)" in past and "What would happen now" not in past
 
 
 def _vcluster_form(**over):
