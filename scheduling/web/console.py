@@ -131,8 +131,9 @@ def cluster_state() -> dict[str, Any]:
 
 @operator_required
 def console(request: HttpRequest) -> HttpResponse:
-    decisions = (PreemptionDecision.objects.select_related("resource_group", "preemptor__tenant")
-                 .order_by("-id")[:30])
+    decisions = list(PreemptionDecision.objects.select_related("resource_group", "preemptor__tenant")
+                     .order_by("-id")[:30])
+    _name_victims(decisions)
     state = cluster_state()
     charts = [c for r in state["groups"] for c in group_charts(r["group"])]
     return render(request, "ops/console.html", {**state, "decisions": decisions, "charts": charts,
@@ -143,3 +144,18 @@ def console(request: HttpRequest) -> HttpResponse:
 def state(request: HttpRequest) -> HttpResponse:
     """The console's cluster fragment alone, for the page to swap in when the live feed moves."""
     return render(request, "ops/_cluster.html", cluster_state())
+
+
+def _name_victims(decisions: list[PreemptionDecision]) -> None:
+    """Each decision's victims as the live feed's lines name them, "#12 (physics, 2 × 8 GPU)"
+    (one query for all): ``victim_lines``."""
+    ids = {int(v["id"]) for d in decisions for v in d.victims or [] if str(v.get("id", "")).isdigit()}
+    facts = {row[0]: row[1:] for row in Allocation.objects.filter(pk__in=ids).values_list(
+        "id", "tenant__name", "node_count", "per_node_gpu")}
+    for d in decisions:
+        lines = []
+        for v in d.victims or []:
+            pk = int(v["id"]) if str(v.get("id", "")).isdigit() else None
+            fact = facts.get(pk) if pk is not None else None
+            lines.append(f"#{v.get('id')} ({fact[0]}, {fact[1]} × {fact[2]:g} GPU)" if fact else f"#{v.get('id')}")
+        d.victim_lines = lines  # type: ignore[attr-defined]

@@ -105,3 +105,23 @@ def test_the_fragment_is_the_operators_only(client, tenant_physics, django_user_
     assert client.get("/ops/state/").status_code in (302, 403)
     client.force_login(django_user_model.objects.get(username="alice"))
     assert client.get("/ops/state/").status_code == 403
+
+
+def test_the_console_s_first_feed_lines_name_whom_each_decision_preempted(client, operator, resource_group,
+                                                                          make_allocation, tenant_chemistry):
+    from scheduling.models import PreemptionDecision
+
+    bob = tenant_chemistry.memberships.first().user
+    victim = make_allocation(state="suspended", node_count=2, per_node_gpu=4)
+    other = make_allocation(state="suspended", node_count=1, per_node_gpu=8, tenant=tenant_chemistry, user=bob)
+    high = make_allocation(state="pending", node_count=1, per_node_gpu=8, tenant=tenant_chemistry, user=bob)
+    PreemptionDecision.objects.create(
+        resource_group=resource_group, preemptor=high, decided_for=timezone.now(), result="preempt",
+        code="PREEMPT", explanation="x", outcome="executed",
+        victims=[{"id": str(victim.pk), "reason": "priority", "action": "checkpoint"},
+                 {"id": str(other.pk), "reason": "priority", "action": "checkpoint"}])
+    client.force_login(operator)
+    feed = re.search(r'<ul id="live-feed" class="feed">(.*?)</ul>', client.get("/ops/").content.decode(), re.S)
+    line = " ".join(re.sub(r"<[^>]+>", "", feed.group(1)).split())
+    assert (f"rg-main: #{high.pk} (chemistry, 1 × 8 GPU) preempted #{victim.pk} (physics, 2 × 4 GPU), "
+            f"#{other.pk} (chemistry, 1 × 8 GPU)") in line
