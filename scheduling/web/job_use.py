@@ -23,15 +23,11 @@ def job_use(alloc: Allocation, events: Iterable[AllocationEvent], now: datetime)
     spans = accounting.holding_spans([(e.to_state, e.created_at) for e in events], until=now)
     gpus = alloc.node_count * alloc.per_node_gpu
     held = sum((accounting.micros(end - start) for start, end in spans), 0)
-    elapsed, seconds = None, None
+    elapsed = None
     if alloc.started_at is not None:
         end = alloc.ended_at if alloc.state in FINAL and alloc.ended_at else (
             now if alloc.state in HOLDING else alloc.state_changed_at or now)
-        seconds = int(max(timedelta(0), end - alloc.started_at).total_seconds())
-        elapsed = words(timedelta(seconds=seconds))
+        elapsed = words(max(timedelta(0), end - alloc.started_at))
     nodes = sorted({p.node.name for p in alloc.placements.select_related("node") if p.kind == "assigned"})
-    # While it holds its nodes, the page counts both on by itself (static/js/ticking.js) between
-    # the refreshes its events bring: its GPUs' seconds, at the accounting's rate.
-    return {"gpu_hours": held * gpus / accounting.MICRO / 3600, "elapsed": elapsed, "elapsed_s": seconds,
-            "ticking": alloc.state in HOLDING and seconds is not None, "gpus": gpus,
+    return {"gpu_hours": held * gpus / accounting.MICRO / 3600, "elapsed": elapsed,
             "nodes": nodes or list(alloc.ran_on or []), "nodes_now": bool(nodes)}
