@@ -1,4 +1,5 @@
-"""class_cost, single-node requests: a lower bound on the cost of freeing each node.
+"""class_cost: lower bounds on the cost of freeing each node (single-node requests) and on the
+victims a multi-node request needs (``victims_needed``).
 
 These bounds serve the search for sets of two victims or more (single victims
 are judged apart, each on its own). For each node, the fewest pool victims that
@@ -17,6 +18,7 @@ same order, so a patched bound is the very number a full computation gives.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -29,6 +31,8 @@ _NONE = np.iinfo(np.int64).max
 _PATCH_SHARE = 0.05
 # Pools whose bounds are kept per request shape (the most recently used last).
 _POOLS_KEPT = 8
+COVER_MARGIN = 1e-6  # victims_needed counts a node covered this much short of its deficit
+_UNREACHABLE = np.iinfo(np.int64).max // 4  # a node no set of its candidates frees
 
 
 def _node_sorted(cluster: Cluster, key: tuple[Any, ...], sort_keys: Any) -> tuple[IArr, IArr]:
@@ -154,3 +158,40 @@ def lower_bounds(view: RequestView, ents: IArr, mask: BArr, potential: BArr, cos
             memo.pop(0)
     memo.append((mask, lower, fewest))
     return np.where(potential, lower, np.inf), fewest
+
+
+def victims_needed(view: RequestView, ents: IArr, cand: IArr, want: int) -> float:
+    """A lower bound on the victims any set needs to make ``want`` of the nodes ``cand``
+    (ascending) qualify: per node, the fewest of its candidates that could free enough (largest
+    amounts first, per resource; all of them for an exclusive request), summed over the ``want``
+    lowest nodes, and divided by the most nodes one candidate (a gang) is on. Infinite when fewer
+    than ``want`` nodes could qualify at all. Every set the searches below could find has at least
+    this many: above the bound, they would all find nothing, and are not run."""
+    cluster = view.cluster
+    on = np.zeros(len(cluster.node_names), dtype=bool)
+    on[cand] = True
+    mine = ents[on[cluster.e_node[ents]]]
+    local = np.searchsorted(cand, cluster.e_node[mine])  # each entry's node, as a position in cand
+    held = np.bincount(local, minlength=len(cand))
+    if view.exclusive:
+        fewest = np.where(held == cluster.count[cand], cluster.count[cand], _UNREACHABLE)
+    else:
+        fewest = np.zeros(len(cand), dtype=np.int64)
+        for r in view.need_idx.tolist():
+            amounts = cluster.e_res[mine, r]
+            order = np.lexsort((-amounts, local))
+            at, amounts = local[order], amounts[order]
+            total = np.cumsum(amounts)
+            first = np.flatnonzero(np.r_[True, at[1:] != at[:-1]]) if len(at) else at
+            within = total - np.repeat((total - amounts)[first], np.diff(np.r_[first, len(at)]))
+            deficit = view.need[r] - view.free[cand, r] - EPS
+            # A margin against rounding: the searches subtract one amount at a time, this sums.
+            enough = within >= deficit[at] - COVER_MARGIN
+            short = np.bincount(at[~enough], minlength=len(cand))
+            reached = np.bincount(at[enough], minlength=len(cand)) > 0
+            fewest = np.maximum(fewest, np.where(deficit <= 0, 0, np.where(reached, short + 1, _UNREACHABLE)))
+    lowest = np.sort(fewest)[:want]
+    if int(lowest[-1]) >= _UNREACHABLE:
+        return math.inf
+    spread = int(np.bincount(cluster.e_alloc[mine]).max()) if len(mine) else 1
+    return math.ceil(int(lowest.sum()) / spread)

@@ -13,12 +13,15 @@ one group and a minimal cover on each.
   two nodes is paid once), so it never exceeds the truth and nothing better is cut.
 - Large: the best-bounded nodes of each group, their cheapest covers, a greedy that adds
   the node whose cover adds least, then single swaps while they lower the cost.
+- Before any of these, a group is passed over when it cannot be done within the bound:
+  ``select_bounds.victims_needed`` counts the fewest victims any set needs there.
 - Fallback, so a request never waits while a set within the bound exists that the above
   missed: the fewest victims first (covers by size), on every potential node of the group.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -27,6 +30,7 @@ import numpy as np
 from .cluster import EPS, BArr, FArr, IArr
 from .placement import RequestView, give_back
 from .select import COST_EPS, EXACT_LIMIT, _Best, _better
+from .select_bounds import victims_needed
 
 COVERS_EXACT = 64  # minimal covers kept per node in the exact search (the cheapest)
 COVERS_LARGE = 8  # ... and in the large one
@@ -84,7 +88,8 @@ def multi_node_best(view: RequestView, ents: IArr, potential: BArr, cost: FArr, 
     for g in view.groups.tolist():
         want = view.k - int(view.base_count[g]) - int(view.lendable_cap[g])
         cand = np.flatnonzero(potential & (view.group == g))
-        if want <= 0 or len(cand) < want:
+        if want <= 0 or len(cand) < want or victims_needed(view, ents, cand, want) > (
+                math.inf if bound is None else bound):
             continue
         if not exact:
             score = _node_scores(view, ents, potential, cost) if score is None else score

@@ -6,12 +6,13 @@ from __future__ import annotations
 import copy
 import random
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine import decide_scenario, parse_scenario
+from scheduling.engine import decide_scenario, parse_scenario, select_multi
 
 from . import victim_oracle as vo
 from .helpers import doc, node, run
@@ -122,3 +123,37 @@ def test_a_gang_freeing_two_nodes_is_paid_once() -> None:
     out = _decide(doc({"kind": "class_cost"}, nodes, running,
                       {"nodes": 2, "per_node": {"gpu": 8}, "preemption_class": 5}))
     assert [v["id"] for v in out["victims"]] == ["gang"]
+
+
+@st.composite
+def multi_node_contests(draw: Any) -> dict[str, Any]:
+    many = draw(st.booleans())
+    return vo.generate(lambda xs: draw(st.sampled_from(list(xs))), min_eligible=21 if many else 0, multi=True)
+
+
+@settings(max_examples=80, deadline=None)
+@given(multi_node_contests())
+def test_the_victim_count_bound_leaves_every_decision_as_the_full_search_makes_it(d: dict[str, Any]) -> None:
+    # The bound only turns away groups where no set within max_victims exists: without it the
+    # searches run and must come to the very same decision.
+    bounded = _decide(d)
+    with mock.patch.object(select_multi, "victims_needed", lambda *args: 0):
+        searched = _decide(d)
+    assert bounded == searched
+
+
+@pytest.mark.parametrize(("gang", "outcome"), [(False, "wait"), (True, "preempt")])
+def test_four_nodes_need_four_single_victims_but_one_gang_across_them(gang: bool, outcome: str) -> None:
+    # Four nodes of one 8-GPU job each, at most three victims: four single jobs are one too many,
+    # one gang on all four nodes is a single victim. Both decided by the full search (bound off).
+    nodes = [node(f"n{i}") for i in range(4)]
+    if gang:
+        running = [run("g", {f"n{i}": 8 for i in range(4)}, checkpoint="auto", preemption_class=1)]
+    else:
+        running = [run(f"s{i}", f"n{i}", checkpoint="auto", preemption_class=1) for i in range(4)]
+    d = doc({"kind": "class_cost", "max_victims": 3}, nodes, running,
+            {"nodes": 4, "per_node": {"gpu": 8}, "preemption_class": 5})
+    out = _decide(d)
+    assert out["outcome"] == outcome, out["code"]
+    with mock.patch.object(select_multi, "victims_needed", lambda *args: 0):
+        assert _decide(d) == out
