@@ -55,7 +55,7 @@ class IncrementalPass:
                 self.cluster.remove(f"hold:{idx}")
             return
         seen = 0
-        for idx in self.order.ordered(lambda i: key(i)[1], self.budget + len(holders)):
+        for idx in self.order.ordered(self._tenant_key, self.budget + len(holders)):
             if self._all_started():
                 break
             if idx in holders or idx not in self.pending:
@@ -77,6 +77,12 @@ class IncrementalPass:
                 waited[st.wshape] = (cluster.version, cluster.state_version)
         self._unreserve()
         self._track(t)
+
+    def _tenant_key(self, tenant: str) -> tuple:
+        """In fair_share, the first terms of the queue's key (``queue_key``) for every request of
+        ``tenant`` in this pass (its standing, read by the pass's ``_order_key``)."""
+        starving, deficit = self.standing.get(tenant, (False, 0.0))
+        return (0 if starving else 1, -deficit)
 
     def _all_started(self) -> bool:
         """Whether a forward replay's watched requests (``watch``) have all started: the rest of its
@@ -169,11 +175,13 @@ class IncrementalPass:
         bounds.refresh(cluster, t)
         if any(bounds.fits(cluster, *shape) for shape in self.rshapes):
             return False
+        kind = self.policy.kind
+        if kind == "fair_share" and (backoff or not any(starving.get(name, False) for name in self.demand)):
+            return True  # the engine's gates: nobody may preempt now (read before the victims)
         if not bounds.may_preempt_any():
             return True
-        kind = self.policy.kind
         if kind == "fair_share":
-            return backoff or not any(starving.get(name, False) for name, n in self.demand.items() if n > 0)
+            return False
         head = self.order.head()
         if kind in ("class_cost", "priority") and head is not None and not self.rank:
             return not bounds.may_preempt(self.jobs[head].request(), False, backoff, rest=True)

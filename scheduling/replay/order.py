@@ -42,14 +42,19 @@ class PendingOrder:
         rows = self._by_tenant[tenant] if self.fair_share else self._one
         del rows[bisect_left(rows, entry)]
 
-    def ordered(self, key_of: Callable[[int], tuple], limit: int) -> Iterator[int]:
+    def ordered(self, tenant_key: Callable[[str], tuple], limit: int) -> Iterator[int]:
         """The first ``limit`` requests in the pass's order, read lazily from a copy taken now (the
-        queue changes while a pass reads it); ``key_of`` gives a fair_share request's key now."""
+        queue changes while a pass reads it). In fair_share ``tenant_key`` gives a tenant's first
+        terms of the key now: a request's key is them, then its (submission, id)."""
         if not self.fair_share:
             return (idx for _, idx in self._one[:limit])
-        streams = [((key_of(idx), idx) for _, idx in rows[:limit]) for rows in self._by_tenant.values() if rows]
+        streams = [_keyed(tenant_key(tenant), rows[:limit]) for tenant, rows in self._by_tenant.items() if rows]
         return (idx for _, (_, idx) in zip(range(limit), heapq.merge(*streams), strict=False))
 
     def head(self) -> int | None:
         """The first request (in a kind other than fair_share, whose first terms move)."""
         return self._one[0][1] if self._one else None
+
+
+def _keyed(first: tuple, rows: list[tuple]) -> Iterator[tuple[tuple, int]]:
+    return (((*first, *entry), entry[1]) for entry in rows)

@@ -94,6 +94,8 @@ class Simulation(IncrementalPass):
             for st in self.jobs.values():
                 j = st.job
                 st.wshape = (j.vcluster, j.session_type, j.preemption_class, j.checkpoint, j.nodes, j.gpus, j.cpus)
+        self.session_priority = {s.name: s.priority for s in spec.session_types}
+        self.session_rank = {s.name: s.rank for s in spec.session_types}
         self.rng = random.Random(seed)
         self.jitter, self.terminate_s, self.budget = checkpoint_jitter, terminate_s, pass_budget
         self.heap: list[tuple[float, int, int, int, int]] = []
@@ -110,6 +112,7 @@ class Simulation(IncrementalPass):
         self.done = 0
         self.on_progress = on_progress
         self.order = PendingOrder(policy.kind == "fair_share")
+        self.standing: dict[str, tuple[bool, float]] = {}  # fair_share: each tenant's, as of the last key made
         self.static_key = self._order_key(0.0) if policy.kind != "fair_share" else None
         self.rshapes: dict[tuple[int, float, float], int] = {}  # pending requests per resource shape
         self.special = 0  # pending sensitive requests (never passed over)
@@ -203,7 +206,13 @@ class Simulation(IncrementalPass):
             self.in_vc -= st.job.vcluster is not None
 
     def _demand(self, tenant: str, delta: int) -> None:
-        self.demand[tenant] = self.demand.get(tenant, 0) + delta
+        """Pending requests per tenant; a tenant with none leaves the dict (the passes read the
+        standing of these tenants alone)."""
+        left = self.demand.get(tenant, 0) + delta
+        if left:
+            self.demand[tenant] = left
+        else:
+            self.demand.pop(tenant, None)
         self.dirty.add(tenant)
 
     # -- the pass -------------------------------------------------------------------
@@ -237,8 +246,7 @@ class Simulation(IncrementalPass):
 
     def _order_key(self, t: float) -> Callable[[int], tuple]:
         kind, jobs, holders = self.policy.kind, self.jobs, self.holders
-        st_prio = {s.name: s.priority for s in self.spec.session_types}
-        st_rank = {s.name: s.rank for s in self.spec.session_types}
+        st_prio, st_rank = self.session_priority, self.session_rank
         standing: dict[str, tuple[bool, float]] = {}
         if kind == "fair_share":
             cluster = self.cluster
@@ -250,6 +258,7 @@ class Simulation(IncrementalPass):
                 i = cluster.tenant_index.get(name)
                 share = max(shares[i], 0.0) if i is not None else 0.0
                 standing[name] = (starving, tenant.fair_share - share)
+        self.standing = standing
 
         given, last = self.rank, len(self.rank)
 
