@@ -68,15 +68,17 @@ def _write_preempts(state: PassState, batch: list[Staged]) -> list[PreemptionDec
     shadow = snap.group.shadow
     records = save_records([(record, row["tenant_id"], [int(v.id) for v in decision.victims])
                             for row, decision, record in batch])
+    # Registered first, so sent first after commit: the decision reaches the live feed before the
+    # victims' deadline task, commands and state changes, which are sent in that order after it.
+    events_on_commit([("decision", {"decision": record.pk, "preemptor": row["id"], "code": decision.code,
+                                    "victims": [v.id for v in decision.victims], "shadow": shadow,
+                                    "group": snap.group.name},
+                       row["tenant_id"]) for (row, decision, _), record in zip(batch, records, strict=True)])
     if not shadow:  # every victim of the batch asked at once, every hold written at once
         preempt_for([(record, record.decided_for, [(int(v["id"]), v["action"]) for v in record.victims])
                      for (_, decision, _), record in zip(batch, records, strict=True)],
                     checkpoint_timeout_s=snap.policy.checkpoint_timeout_minutes * 60)
         allocations_hold({row["id"]: [snap.node_ids[n] for n in decision.nodes] for row, decision, _ in batch})
-    events_on_commit([("decision", {"decision": record.pk, "preemptor": row["id"], "code": decision.code,
-                                    "victims": [v.id for v in decision.victims], "shadow": shadow,
-                                    "group": snap.group.name},
-                       row["tenant_id"]) for (row, decision, _), record in zip(batch, records, strict=True)])
     return records
 
 
