@@ -184,6 +184,23 @@ def _by_deficit(qs: Any, standing: dict[int, Standing]) -> Any:
 def last_codes(alloc_ids: list[int]) -> dict[int, str]:
     """Each request's latest decision code, in one query for the whole queue: a waiting request's
     decision is stored when its reason changes, not on every pass."""
+    return dict(_latest(alloc_ids).values_list("preemptor_id", "code"))
+
+
+def last_codes_and_scores(alloc_ids: list[int]) -> tuple[dict[int, str], dict[int, float]]:
+    """``last_codes`` and, for a scored queue, the score each latest record holds (none: not
+    scored), read together in one query."""
+    codes: dict[int, str] = {}
+    scores: dict[int, float] = {}
+    for alloc_id, code, scored in _latest(alloc_ids).values_list("preemptor_id", "code", "queue_score"):
+        codes[alloc_id] = code
+        if isinstance(scored, dict) and isinstance(scored.get("score"), (int, float)):
+            scores[alloc_id] = float(scored["score"])
+    return codes, scores
+
+
+def _latest(alloc_ids: list[int]) -> Any:
+    """The latest decision record of each of these requests."""
     latest = PreemptionDecision.objects.filter(preemptor_id__in=alloc_ids).values("preemptor_id").annotate(
         last=Max("id")).values("last")
-    return dict(PreemptionDecision.objects.filter(id__in=latest).values_list("preemptor_id", "code"))
+    return PreemptionDecision.objects.filter(id__in=latest)

@@ -26,9 +26,9 @@ from scheduling.pass_asks import pass_starting
 from scheduling.passes import fairshare, snapshot_cache
 from scheduling.passes.holds import holds_of, release_reservation, reserve_holds
 from scheduling.passes.locks import group_lock
-from scheduling.passes.queue import last_codes, pending_queue
+from scheduling.passes.queue import last_codes, last_codes_and_scores, pending_queue
 from scheduling.passes.records import build_record
-from scheduling.passes.score import QueueScorer, drifted, last_scores
+from scheduling.passes.score import QueueScorer, drifted
 from scheduling.passes.snapshot import engine_allocation, load_snapshot
 from scheduling.passes.state import PassResult, PassState
 from scheduling.passes.writes import flush_fits, flush_preempts, flush_waits
@@ -69,9 +69,10 @@ def _locked_pass(group: ResourceGroup, budget: int, now: datetime | None) -> Pas
     state.result.more = len(queue) > budget
     reserve_holds(snap, holds)
     state.reserved.update(holds)
-    state.codes = last_codes([row["id"] for row in queue[:budget]])
     if scorer is not None:
-        state.scored = last_scores([row["id"] for row in queue[:budget]])
+        state.codes, state.scored = last_codes_and_scores([row["id"] for row in queue[:budget]])
+    else:
+        state.codes = last_codes([row["id"] for row in queue[:budget]])
     for row in queue[:budget]:
         _one_request(state, row, holds.get(row["id"], []), now or timezone.now())
     flush_fits(state, now or timezone.now())

@@ -12,10 +12,8 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Max
-
 from scheduling.engine import score as es
-from scheduling.models import PreemptionDecision, Quota, VCluster
+from scheduling.models import Quota, VCluster
 from scheduling.models.cluster import DEFAULT_WEIGHTS
 from scheduling.passes.budget import used_by_tenant
 from scheduling.passes.fairshare import Standing, standing_by_tenant
@@ -123,18 +121,6 @@ class _Nodes:
         if key not in self._matching:
             self._matching[key] = sum(all(n.labels.get(k) == v for k, v in key) for n in self.usable)
         return self._matching[key]
-
-
-def last_scores(alloc_ids: list[int]) -> dict[int, float]:
-    """The score each request's latest decision record holds (none: not scored), for the whole
-    queue in one query."""
-    if not alloc_ids:
-        return {}
-    latest = PreemptionDecision.objects.filter(preemptor_id__in=alloc_ids).values("preemptor_id").annotate(
-        last=Max("id")).values("last")
-    rows = PreemptionDecision.objects.filter(id__in=latest).values_list("preemptor_id", "queue_score")
-    return {alloc_id: float(scored["score"]) for alloc_id, scored in rows
-            if isinstance(scored, dict) and isinstance(scored.get("score"), (int, float))}
 
 
 def drifted(previous: float | None, current: dict[str, Any] | None) -> bool:
