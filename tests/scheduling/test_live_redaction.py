@@ -4,6 +4,7 @@ counted, never named. Real WebSocket clients (the ASGI application) for two tena
 from __future__ import annotations
 
 import json
+from unittest import mock
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -83,3 +84,31 @@ def test_a_decision_names_only_the_readers_own_victims(resource_group, vcluster_
     assert {j["tenant"] for e in chemistry for j in e.get("jobs", {}).values()} == {"chemistry"}
     assert "physics" not in json.dumps(chemistry)
     assert physics and "chemistry" not in json.dumps(physics)
+
+
+def test_a_preemptions_decision_is_sent_before_its_victims_leave(resource_group, vcluster_hpc, two_nodes,
+                                                                 tenant_physics, tenant_chemistry):
+    """The live feed hears the decision first, then the victims' state changes: its commit's other
+    sends (commands, deadlines, states) never delay the decision."""
+    def job(tenant, klass, nodes=1):
+        return Allocation.objects.create(
+            resource_group=resource_group, vcluster=vcluster_hpc, tenant=tenant,
+            user=tenant.memberships.first().user, submitted_at=timezone.now(), state="pending",
+            node_count=nodes, per_node_gpu=8, preemption_class=klass, checkpoint="none")
+
+    sent: list[tuple[str, str | None]] = []
+
+    def record(events, targets, seen):
+        sent.extend((kind, payload.get("state")) for kind, payload, _ in events)
+
+    with override_settings(CELERY_TASK_ALWAYS_EAGER=True):
+        job(tenant_physics, 1), job(tenant_chemistry, 1)
+        schedule_pass(resource_group.pk)
+        with mock.patch("scheduling.dispatch._send_events", record):
+            job(tenant_chemistry, 7, nodes=2)
+            schedule_pass(resource_group.pk)
+    kinds = [kind for kind, _ in sent]
+    assert "decision" in kinds
+    leaving = [i for i, (kind, state) in enumerate(sent) if kind == "allocation.state" and state == "terminating"]
+    assert len(leaving) == 2
+    assert kinds.index("decision") < min(leaving)
