@@ -124,3 +124,4 @@ class SlotColumns:
         self._log_base = 0  # what _node_log[0] is the position of
         self.struct_version = 0
         self._kept: dict[Any, tuple[int, int, Any]] = {}
+        self._share_cols: tuple[int, list[tuple[int, float]]] = (-1, [])  # (struct_version, share_of's columns)

@@ -40,10 +40,24 @@ class SnapshotViews(SnapshotBuild):
             self.tenants[name] = replace(self.tenants[name], below_fair_share_since=since)
 
     def share_of(self, held: FArr) -> float:
-        mask = self.total > 0
-        if not mask.any():
-            return 0.0
-        return float(np.max(held[mask] / self.total[mask], initial=0.0))
+        """The dominant share of ``held``: its largest fraction of a resource the group has, at
+        least 0. The same float as ``np.max(held[mask] / total[mask], initial=0.0)``, computed per
+        resource in Python (a decision reads it for a vector of a few resources)."""
+        best = 0.0
+        for j, total in self._share_columns():
+            value = float(held[j]) / total
+            if value > best:
+                best = value
+        return best
+
+    def _share_columns(self) -> list[tuple[int, float]]:
+        """(index, total) of each resource the group has some of; the totals change only with the
+        resources (``struct_version``)."""
+        version, cols = self._share_cols
+        if version != self.struct_version:
+            cols = [(j, total) for j, total in enumerate(self.total.tolist()) if total > 0]
+            self._share_cols = (self.struct_version, cols)
+        return cols
 
     def tenant_shares(self) -> FArr:
         """Dominant share of every tenant index."""
@@ -57,7 +71,9 @@ class SnapshotViews(SnapshotBuild):
         idx = self.tenant_index.get(tenant)
         if idx is None:
             return 0.0
-        held = self.t_used[idx].copy()
-        for s in minus_slots:
-            held -= self.a_held[s]
+        held = self.t_used[idx]
+        if minus_slots:
+            held = held.copy()
+            for s in minus_slots:
+                held -= self.a_held[s]
         return self.share_of(held)
