@@ -10,8 +10,9 @@ tenants' keys of the moment, so a pass that stops early reads only the head of t
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterator
+from itertools import islice
 
 
 class PendingOrder:
@@ -43,18 +44,38 @@ class PendingOrder:
         del rows[bisect_left(rows, entry)]
 
     def ordered(self, tenant_key: Callable[[str], tuple], limit: int) -> Iterator[int]:
-        """The first ``limit`` requests in the pass's order, read lazily from a copy taken now (the
-        queue changes while a pass reads it). In fair_share ``tenant_key`` gives a tenant's first
-        terms of the key now: a request's key is them, then its (submission, id)."""
+        """The first ``limit`` requests in the pass's order, read lazily (the pass removes each
+        request it starts, after reading it, and adds none). In fair_share ``tenant_key`` gives a
+        tenant's first terms of the key now, and a request's key is them, then its (submission,
+        id): the tenants in that order, each one's queue whole, merged only among tenants whose
+        terms are equal."""
         if not self.fair_share:
             return (idx for _, idx in self._one[:limit])
-        streams = [_keyed(tenant_key(tenant), rows[:limit]) for tenant, rows in self._by_tenant.items() if rows]
-        return (idx for _, (_, idx) in zip(range(limit), heapq.merge(*streams), strict=False))
+        tied: dict[tuple, list[list[tuple]]] = {}
+        for tenant, rows in self._by_tenant.items():
+            if rows:
+                tied.setdefault(tenant_key(tenant), []).append(rows)
+        return islice(_tenants_in_order(tied), limit)
 
     def head(self) -> int | None:
         """The first request (in a kind other than fair_share, whose first terms move)."""
         return self._one[0][1] if self._one else None
 
 
-def _keyed(first: tuple, rows: list[tuple]) -> Iterator[tuple[tuple, int]]:
-    return (((*first, *entry), entry[1]) for entry in rows)
+def _tenants_in_order(tied: dict[tuple, list[list[tuple]]]) -> Iterator[int]:
+    for key in sorted(tied):
+        queues = tied[key]
+        if len(queues) == 1:
+            yield from (idx for _, idx in _walk(queues[0]))
+        else:
+            yield from (idx for _, idx in heapq.merge(*map(_walk, queues)))
+
+
+def _walk(rows: list[tuple]) -> Iterator[tuple]:
+    """A tenant's (submission, id) entries in order, read from the live list: each next one is
+    found after the last one read, so that its removal meanwhile skips nothing."""
+    i = 0
+    while i < len(rows):
+        entry = rows[i]
+        yield entry
+        i = bisect_right(rows, entry)
