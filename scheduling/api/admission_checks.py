@@ -106,8 +106,9 @@ def parse_array(spec: str) -> tuple[list[int], int | None]:
     body, _, throttle_text = spec.strip().partition("%")
     throttle = None
     if throttle_text:
-        if not throttle_text.isdigit() or int(throttle_text) < 1:
-            raise ValueError(f"the throttle after % must be a positive integer, not {throttle_text!r}")
+        if not (throttle_text.isascii() and throttle_text.isdigit()) or not 1 <= int(throttle_text) <= MAX_ARRAY_TASKS:
+            raise ValueError(f"the throttle after % must be an integer from 1 to {MAX_ARRAY_TASKS} "
+                             f"(the most tasks an array has), not {throttle_text!r}")
         throttle = int(throttle_text)
     indices: set[int] = set()
     for part in body.split(","):

@@ -97,7 +97,7 @@ class ConstraintsField(RefuseUnknown, serializers.Serializer):
 
 class DependencyInput(RefuseUnknown, serializers.Serializer):
     type = serializers.ChoiceField(choices=DependencyType.choices)
-    job = serializers.IntegerField(min_value=1)
+    job = serializers.IntegerField(min_value=1, max_value=2**63 - 1)  # an id: past it, the database's error
 
 
 class AllocationInput(RefuseUnknown, serializers.Serializer):

@@ -207,3 +207,18 @@ def test_a_cursor_the_list_gave_still_pages(alice, make_allocation, settings):
     first = alice.get("/api/v1/allocations/").json()
     second = alice.get(first["next"])
     assert second.status_code == 200 and len(second.json()["results"]) == 1
+
+
+@pytest.mark.parametrize(("over", "field"), [
+    ({"depends_on": [{"type": "afterok", "job": 2**64}]}, "depends_on"),
+    ({"array": "0-3%" + "9" * 20}, "array"),
+    ({"array": "0-3%2147483648"}, "array"),  # past PostgreSQL's integer column
+])
+@pytest.mark.parametrize("path", ["/api/v1/allocations/", "/api/v1/allocations/what-if/"])
+def test_a_number_past_what_the_database_holds_is_a_field_error(alice, path, over, field):
+    """A job id or an array throttle too large for its column was sent to the database (a 500)."""
+    response = alice.post(path, {**JOB, **over}, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == [field]
+    assert not Allocation.objects.exists()
+
