@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters as filters
+from django import forms
 from django.db.models import QuerySet
 
 from scheduling.models import Allocation, PolicyChange, PreemptionDecision, ResourceGroup
@@ -20,6 +21,16 @@ class ChoicesIn(filters.BaseInFilter, filters.ChoiceFilter):
     """Comma-separated values, each one of the choices."""
 
 
+class IdFilter(filters.NumberFilter):
+    """A row id: an integer the id column can hold (a decimal, or one past the column, was sent
+    to the database: a 500)."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, min_value=1, max_value=2**63 - 1, **kwargs)
+
+
 def _group() -> filters.ModelChoiceFilter:
     return filters.ModelChoiceFilter(field_name="resource_group", to_field_name="name",
                                      queryset=ResourceGroup.objects.all(), help_text="a resource group's name")
@@ -28,7 +39,7 @@ def _group() -> filters.ModelChoiceFilter:
 class AllocationFilter(filters.FilterSet):
     state = ChoicesIn(choices=State.choices, help_text="one state, or several separated by commas")
     resource_group = _group()
-    array = filters.NumberFilter(field_name="array_id", help_text="the tasks of one array (its id)")
+    array = IdFilter(field_name="array_id", help_text="the tasks of one array (its id)")
     held = filters.TypedChoiceFilter(choices=[("true", "true"), ("false", "false")], coerce=lambda v: v == "true",
                                      help_text="true: held work only; false: work not held")
 

@@ -222,3 +222,11 @@ def test_a_number_past_what_the_database_holds_is_a_field_error(alice, path, ove
     assert list(response.json()) == [field]
     assert not Allocation.objects.exists()
 
+
+@pytest.mark.parametrize("value", ["99999999999999999999", "1.5"])
+def test_a_bad_array_filter_is_a_400_naming_it(alice, make_allocation, value):
+    make_allocation(state="pending")
+    response = alice.get("/api/v1/allocations/", {"array": value})
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["array"]
+
