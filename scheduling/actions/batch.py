@@ -65,6 +65,8 @@ def allocation_release_hold(*, allocation: Allocation, actor: Any, reason: str, 
     """Release a hold: the pass considers the work again. A tenant may not release an operator's."""
     with transaction.atomic():
         alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
+        if alloc.state not in HOLDABLE:  # ended work keeps its flag; there is nothing to release
+            raise Conflict(f"allocation {alloc.pk} is {alloc.state}: only pending work can be released")
         if not alloc.held:
             raise Conflict(f"allocation {alloc.pk} is not held")
         if alloc.held_by == HeldBy.OPERATOR and not operator:

@@ -230,3 +230,16 @@ def test_a_bad_array_filter_is_a_400_naming_it(alice, make_allocation, value):
     assert response.status_code == 400, response.content
     assert list(response.json()) == ["array"]
 
+
+def test_ended_work_is_not_released_as_it_is_not_held(alice, make_allocation):
+    """Release answers 409 unless pending, as hold does: a cancelled job still marked held was
+    'released', with an audit entry and a line in its history."""
+    from scheduling.models import AllocationEvent, PolicyChange
+
+    alloc = make_allocation(state="cancelled", held=True, held_by="user")
+    response = alice.post(f"/api/v1/allocations/{alloc.pk}/release/", {}, content_type="application/json")
+    assert response.status_code == 409, response.content
+    alloc.refresh_from_db()
+    assert alloc.held
+    assert not PolicyChange.objects.exists() and not AllocationEvent.objects.exists()
+
