@@ -68,7 +68,10 @@ class UsageQuery(serializers.Serializer):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         until = attrs.get("until") or timezone.now()
-        since = attrs.get("since") or until - timedelta(days=30)
+        try:
+            since = attrs.get("since") or until - timedelta(days=30)
+        except OverflowError:  # the 30 days before it pass the calendar's first day
+            raise serializers.ValidationError({"until": ["too early for the default window: give since too"]}) from None
         if since >= until:
             raise serializers.ValidationError({"since": ["must be before until"]})
         if until - since > timedelta(days=MAX_DAYS):

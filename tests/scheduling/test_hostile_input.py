@@ -243,3 +243,10 @@ def test_ended_work_is_not_released_as_it_is_not_held(alice, make_allocation):
     assert alloc.held
     assert not PolicyChange.objects.exists() and not AllocationEvent.objects.exists()
 
+
+@pytest.mark.parametrize("until", ["0001-01-01T00:00:00Z", "0001-01-10T00:00:00Z"])
+def test_a_usage_window_before_the_calendar_is_a_400_naming_until(alice, until):
+    """The default window is the 30 days before ``until``: near year 1 that date does not exist (a 500)."""
+    response = alice.get("/api/v1/usage/", {"until": until})
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["until"]
