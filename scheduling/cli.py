@@ -114,10 +114,10 @@ def _no_constant(name: str) -> Any:
 
 
 def finite(text: str) -> float:
-    """A float argument that JSON can carry (not nan or inf)."""
+    """A float argument, or a job file's number, that JSON can carry (not nan or inf; 1e400 reads as inf)."""
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(text)
+        raise ValueError(f"{text} is not a finite number")
     return value
 
 
@@ -126,7 +126,7 @@ def job_document(args: argparse.Namespace) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     if args.file:
         try:
-            doc = json.loads(Path(args.file).read_text(), parse_constant=_no_constant)
+            doc = json.loads(Path(args.file).read_text(), parse_constant=_no_constant, parse_float=finite)
         except OSError as exc:
             raise Usage(f"cannot read {args.file}: {exc.strerror}") from None
         except ValueError as exc:  # (UnicodeDecodeError too)

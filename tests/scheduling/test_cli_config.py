@@ -88,3 +88,13 @@ def test_queue_columns_stay_in_line_whatever_the_names():
 
     assert [starts(line) for line in lines[1:]] == [starts(lines[0])] * 2
     assert lines[1].split()[1] == "physics-critical-33…"
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400"])
+def test_a_job_file_with_a_number_past_a_float_is_exit_2(tmp_path, capsys, monkeypatch, number):
+    """Python reads 1e400 as inf, which went out as Infinity: the server refused the body (exit 1)."""
+    monkeypatch.setenv("LATTICE_TOKEN", "lat_" + "x" * 40)
+    job = tmp_path / "job.json"
+    job.write_text('{"resource_group": "rg-main", "per_node": {"gpu": 1}, "walltime_minutes": ' + number + "}")
+    assert main(["--url", NOWHERE, "submit", "--file", str(job), "--", "true"], out=io.StringIO()) == 2
+    assert number in capsys.readouterr().err
