@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,9 @@ def read_config() -> dict[str, Any]:
         raise ConfigError(f"cannot read the config file {path}: {exc}") from None
     if not isinstance(config, dict):
         raise ConfigError(f"the config file {path} must hold a JSON object")
+    for key in ("url", "token_file"):
+        if config.get(key) is not None and not isinstance(config[key], str):
+            raise ConfigError(f"the config file {path}: {key} must be a string")
     return config
 
 
@@ -53,6 +57,13 @@ def site_root(url: str) -> str:
             break
     if not root.startswith(("http://", "https://")):
         raise ConfigError(f"{url!r} is not an http:// or https:// URL")
+    try:
+        parts = urllib.parse.urlsplit(root)
+        parts.port  # noqa: B018  (a port that is not one raises here, not in the request)
+    except ValueError as exc:
+        raise ConfigError(f"{url!r} is not a usable URL: {exc}") from None
+    if not parts.hostname or not root.isprintable() or any(c.isspace() for c in root):
+        raise ConfigError(f"{url!r} is not a usable URL: it needs a host, and no spaces")
     return root
 
 
@@ -86,14 +97,17 @@ def save_login(url: str, secret: str | None, token_file: str | None) -> Path:
     """Write the config (the server's root and the token file). A token given itself is kept in
     ``token`` next to the config, readable by its owner only."""
     path = config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if secret is not None:
-        kept = path.parent / "token"
-        kept.touch(mode=stat.S_IRUSR | stat.S_IWUSR, exist_ok=True)
-        kept.chmod(stat.S_IRUSR | stat.S_IWUSR)
-        kept.write_text(secret + "\n")
-        token_file = str(kept)
-    # Absolute: later commands run from any directory.
-    saved = os.path.abspath(Path(token_file).expanduser()) if token_file else ""
-    path.write_text(json.dumps({"url": site_root(url), "token_file": saved}, indent=2) + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if secret is not None:
+            kept = path.parent / "token"
+            kept.touch(mode=stat.S_IRUSR | stat.S_IWUSR, exist_ok=True)
+            kept.chmod(stat.S_IRUSR | stat.S_IWUSR)
+            kept.write_text(secret + "\n")
+            token_file = str(kept)
+        # Absolute: later commands run from any directory.
+        saved = os.path.abspath(Path(token_file).expanduser()) if token_file else ""
+        path.write_text(json.dumps({"url": site_root(url), "token_file": saved}, indent=2) + "\n")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the config file {path}: {exc.strerror or exc}") from None
     return path

@@ -98,3 +98,30 @@ def test_a_job_file_with_a_number_past_a_float_is_exit_2(tmp_path, capsys, monke
     job.write_text('{"resource_group": "rg-main", "per_node": {"gpu": 1}, "walltime_minutes": ' + number + "}")
     assert main(["--url", NOWHERE, "submit", "--file", str(job), "--", "true"], out=io.StringIO()) == 2
     assert number in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://local host", "http://", "http://127.0.0.1:99999"])
+def test_a_server_url_that_cannot_be_used_is_exit_2(url, capsys, monkeypatch):
+    """Such a URL raised from deep in urllib: a traceback and exit 1."""
+    monkeypatch.setenv("LATTICE_TOKEN", "lat_" + "x" * 40)
+    assert main(["--url", url, "list"], out=io.StringIO()) == 2
+    assert "URL" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("config", [{"url": 123}, {"url": NOWHERE, "token_file": 5},
+                                    {"url": NOWHERE, "token_file": ["tok"]}])
+def test_a_config_whose_url_or_token_file_is_not_text_is_exit_2(tmp_path, capsys, monkeypatch, config):
+    monkeypatch.delenv("LATTICE_TOKEN", raising=False)
+    monkeypatch.setenv("LATTICE_CONFIG", str(tmp_path / "config.json"))
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert main(["list"], out=io.StringIO()) == 2
+    assert "config" in capsys.readouterr().err
+
+
+def test_a_config_login_cannot_write_is_exit_2(tmp_path, capsys, monkeypatch):
+    """LATTICE_CONFIG naming a directory: login checked the token, then failed with a traceback."""
+    (tmp_path / "tok").write_text("lat_secret\n")
+    monkeypatch.setenv("LATTICE_CONFIG", str(tmp_path))
+    monkeypatch.setattr("scheduling.cli.Client.call", lambda *args, **kwargs: {"results": []})
+    assert main(["--url", NOWHERE, "login", "--token-file", str(tmp_path / "tok")], out=io.StringIO()) == 2
+    assert "cannot write the config file" in capsys.readouterr().err
