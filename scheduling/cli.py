@@ -76,6 +76,8 @@ class Client:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return json.load(response)
+        except ValueError:  # an answer that is not JSON (a login portal, another site)
+            raise Refused(f"{url} answered, but not JSON: is {self.base} a Lattice server's API?") from None
         except urllib.error.HTTPError as exc:
             raise Refused(f"{exc.code}: {_error_text(exc.read())}") from None
         except (urllib.error.URLError, OSError) as exc:

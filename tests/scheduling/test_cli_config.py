@@ -125,3 +125,32 @@ def test_a_config_login_cannot_write_is_exit_2(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("scheduling.cli.Client.call", lambda *args, **kwargs: {"results": []})
     assert main(["--url", NOWHERE, "login", "--token-file", str(tmp_path / "tok")], out=io.StringIO()) == 2
     assert "cannot write the config file" in capsys.readouterr().err
+
+
+@pytest.fixture
+def not_lattice():
+    """A web server that answers every path with an HTML page (another site, a login portal)."""
+    import http.server
+    import threading
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802  (the standard library's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<html>welcome</html>")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_server_that_does_not_answer_json_is_exit_1_saying_so(not_lattice, capsys, monkeypatch):
+    monkeypatch.setenv("LATTICE_TOKEN", "lat_" + "x" * 40)
+    assert main(["--url", not_lattice, "show", "1"], out=io.StringIO()) == 1
+    assert "not JSON" in capsys.readouterr().err
