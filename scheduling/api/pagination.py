@@ -8,6 +8,8 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import Cursor as DecodedCursor
 from rest_framework.pagination import CursorPagination
 
+from lattice_site.middleware import NUL
+
 
 class Cursor(CursorPagination):
     """A ``?cursor=`` that is not one of ours is bad input: a 400 naming the parameter (DRF answers
@@ -21,7 +23,8 @@ class Cursor(CursorPagination):
         except NotFound:
             cursor = None
         else:
-            if cursor is None or cursor.position is None or not self.numeric or _row_id(cursor.position):
+            position = cursor.position if cursor is not None else None
+            if position is None or (_row_id(position) if self.numeric else NUL not in position):
                 return cursor
         raise ValidationError({self.cursor_query_param: [
             "not a cursor this list gave: follow the next and previous links as they are"]})

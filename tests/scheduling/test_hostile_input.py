@@ -250,3 +250,15 @@ def test_a_usage_window_before_the_calendar_is_a_400_naming_until(alice, until):
     response = alice.get("/api/v1/usage/", {"until": until})
     assert response.status_code == 400, response.content
     assert list(response.json()) == ["until"]
+
+
+@pytest.mark.parametrize("position", ["\x00", "gpu\x00a"])
+def test_a_nul_in_a_by_name_cursor_is_a_400_naming_it(ops, position):
+    """The nodes list pages by name: a NUL in its cursor's position reached PostgreSQL (a 500)."""
+    import base64
+    from urllib.parse import urlencode
+
+    cursor = base64.b64encode(urlencode({"p": position}).encode()).decode()
+    response = ops.get("/api/v1/nodes/", {"cursor": cursor})
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["cursor"]
