@@ -37,7 +37,7 @@ class Bounds:
         self.borrowing = borrowing  # some node is lent: a vCluster request may reclaim any class
         self.can_preempt = policy.enabled and not policy.paused
         self._version: tuple[int, int, float] | None = None
-        self._fit: dict[tuple[int, float, float], bool] = {}
+        self._fit: dict[tuple[float, float], int] = {}  # nodes with room for (gpus, cpus) now
         self._free: np.ndarray | None = None
         self._victims_read = False
         self._cluster: Cluster | None = None
@@ -45,6 +45,7 @@ class Bounds:
         self.any_victim = False
         self.min_class = INF  # lowest class (class_cost) or priority (priority) among possible victims
         self.min_priority = INF
+        self.max_span = 0  # the most nodes one possible victim is on
 
     def refresh(self, cluster: Cluster, now: float) -> None:
         version = (cluster.version, cluster.state_version, now)  # protections lapse with time
@@ -66,6 +67,7 @@ class Bounds:
         cluster, n = self._cluster, self._cluster.slots
         open_ = np.flatnonzero(protections(cluster, self.policy, self._now, False) == 0)
         self.any_victim = bool(len(open_))
+        self.max_span = int(cluster.a_nnodes[:n][open_].max()) if len(open_) else 0
         if self.policy.kind == "class_cost":
             self.min_class = float(cluster.a_class[:n][open_].min()) if len(open_) else INF
         elif self.policy.kind == "priority":
@@ -76,7 +78,11 @@ class Bounds:
 
     def fits(self, cluster: Cluster, nodes: int, gpus: float, cpus: float) -> bool:
         """Whether enough nodes have the free capacity (a necessary condition of the engine's fit)."""
-        key = (nodes, gpus, cpus)
+        return self.room(cluster, gpus, cpus) >= nodes
+
+    def room(self, cluster: Cluster, gpus: float, cpus: float) -> int:
+        """How many nodes have the free capacity for (gpus, cpus) per node now."""
+        key = (gpus, cpus)
         found = self._fit.get(key)
         if found is None:
             free = self._free
@@ -84,7 +90,7 @@ class Bounds:
             ok = free[:, cluster.res_index["gpu"]] + EPS >= gpus
             if cpus and "cpu" in cluster.res_index:
                 ok &= free[:, cluster.res_index["cpu"]] + EPS >= cpus
-            found = self._fit[key] = int(np.count_nonzero(ok)) >= nodes
+            found = self._fit[key] = int(np.count_nonzero(ok))
         return found
 
     def may_preempt_any(self) -> bool:
@@ -109,8 +115,20 @@ class Bounds:
             self._victims()
         if not self.any_victim:
             return False
+        if not rest and self._beyond_max_victims(req):
+            return False
         if kind == "class_cost":
             return req.preemption_class > self.min_class
         if kind == "priority":
             return req.priority > self.min_priority
         return True
+
+    def _beyond_max_victims(self, req: em.Allocation) -> bool:
+        """Whether ``max_victims`` victims cannot make enough nodes qualify for ``req``: a victim
+        changes only the nodes it is on, so at most ``max_victims x max_span`` nodes join the
+        ones with room now (every kind's selection keeps to the bound)."""
+        bound = self.policy.max_victims
+        if bound is None or req.nodes < 2 or self._cluster is None:
+            return False
+        gpus, cpus = req.per_node.get("gpu", 0.0), req.per_node.get("cpu", 0.0)
+        return self.room(self._cluster, gpus, cpus) + bound * self.max_span < req.nodes
