@@ -9,7 +9,9 @@ the engine's own snapshot, rules out both ways of starting:
   request-independent protections (``eligibility.protections``: min run time, near completion,
   leaving, ...), so no victim can exist; or, by kind, none of those is lower than it in the term
   the kind compares (class_cost: class; priority: priority, and the preemptible ceiling); or, in a
-  fair_share group, its tenant is not starving or the backoff holds (the engine's own gates).
+  fair_share group, its tenant is not starving or the backoff holds (the engine's own gates); or
+  it asks for more nodes than the nodes with room now plus what ``max_victims`` victims could
+  free (each frees only the nodes it is on).
 
 Sensitive requests, requests in a vCluster while any node is lent (reclaim takes any class), and
 holders of nodes are always decided. Skipping is only ever skipping a "wait", which changes
