@@ -71,6 +71,25 @@ def _assign(codes: CArr, mask: BArr, name: str) -> None:
     codes += ((codes == 0) & mask).view(np.int8) * np.int8(CODE[name])
 
 
+SMALL_SNAPSHOT = 2048  # slots up to which masked writes beat _assign's arithmetic
+
+
+def _first_rule(alive: BArr, rules: list[tuple[BArr, str]]) -> CArr:
+    """Per slot: -1 where not alive, else the code of the first rule whose mask holds, else 0.
+    On a small snapshot the rules are written last to first (each a masked write, the first
+    written last); on a large one each is added where no code is yet (``_assign``)."""
+    if len(alive) <= SMALL_SNAPSHOT:
+        codes: CArr = np.zeros(len(alive), dtype=np.int8)
+        for mask, name in reversed(rules):
+            codes[mask] = CODE[name]
+        codes[~alive] = -1
+        return codes
+    codes = np.where(alive, 0, -1).astype(np.int8)
+    for mask, name in rules:
+        _assign(codes, mask, name)
+    return codes
+
+
 def _times(cluster: Cluster, now: float) -> tuple[FArr, FArr, FArr, BArr]:
     """start (null = now), elapsed, remaining walltime and has-walltime, per slot."""
     def build() -> tuple[FArr, FArr, FArr, BArr]:
@@ -99,18 +118,18 @@ def _protections(cluster: Cluster, policy: Policy, now: float, sensitive_request
     def build() -> tuple[CArr, IArr]:
         n = cluster.slots
         _, elapsed, remaining, _ = _times(cluster, now)
-        codes: CArr = np.where(cluster.alive[:n], 0, -1).astype(np.int8)
         vc = cluster.a_vc[:n]
         vc_i = np.where(vc >= 0, vc, len(cluster.vc_sensitive) - 1)
-        _assign(codes, cluster.a_sens[:n] | cluster.vc_sensitive[vc_i], "SENSITIVE")
-        _assign(codes, cluster.a_prot[:n] > now, "PROTECTED")
-        _assign(codes, ~cluster.a_preemptible[:n], "NOT_PREEMPTIBLE")
-        _assign(codes, cluster.vc_service[vc_i] & ~cluster.a_on_borrowed[:n], "SERVICE_HOME")
+        rules = [(cluster.a_sens[:n] | cluster.vc_sensitive[vc_i], "SENSITIVE"),
+                 (cluster.a_prot[:n] > now, "PROTECTED"),
+                 (~cluster.a_preemptible[:n], "NOT_PREEMPTIBLE"),
+                 (cluster.vc_service[vc_i] & ~cluster.a_on_borrowed[:n], "SERVICE_HOME")]
         if not sensitive_request:
-            _assign(codes, remaining <= policy.near_completion_minutes * MINUTE + EPS, "NEAR_COMPLETION")
-            _assign(codes, (cluster.a_ckpt[:n] == 2) & (cluster.a_class[:n] >= 7), "NO_CHECKPOINT_HIGH_CLASS")
-            _assign(codes, elapsed < policy.min_runtime_minutes * MINUTE - EPS, "MIN_RUNTIME")
-            _assign(codes, cluster.a_pcount[:n] >= _max_preemptions(cluster, policy, n), "MAX_PREEMPTIONS")
+            rules += [(remaining <= policy.near_completion_minutes * MINUTE + EPS, "NEAR_COMPLETION"),
+                      ((cluster.a_ckpt[:n] == 2) & (cluster.a_class[:n] >= 7), "NO_CHECKPOINT_HIGH_CLASS"),
+                      (elapsed < policy.min_runtime_minutes * MINUTE - EPS, "MIN_RUNTIME"),
+                      (cluster.a_pcount[:n] >= _max_preemptions(cluster, policy, n), "MAX_PREEMPTIONS")]
+        codes = _first_rule(cluster.alive[:n], rules)
         codes.flags.writeable = False
         counts = np.bincount(codes[codes >= 0], minlength=len(CODES)).astype(np.int64)
         return codes, counts

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
+import numpy as np
 import pytest
+
+from scheduling.engine import eligibility
 
 from .helpers import codes, decide, doc, node, run, victims
 
@@ -105,3 +110,19 @@ def test_a_session_types_mode_must_be_a_known_mode():
         parse_scenario(doc({"kind": "class_cost"}, [node("n1")], [], {},
                            session_types=[{"name": "batch", "mode": "pause"}]))
     assert [path for path, _ in caught.value.errors] == ["session_types[0].mode"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_both_ways_of_writing_the_first_rule_give_the_same_codes(seed: int) -> None:
+    rnd = np.random.default_rng(seed)
+    n = int(rnd.integers(0, 50))
+    alive = rnd.random(n) < 0.8
+    names = ["SENSITIVE", "PROTECTED", "NOT_PREEMPTIBLE", "SERVICE_HOME", "NEAR_COMPLETION", "MIN_RUNTIME"]
+    rules = [(rnd.random(n) < 0.3, name) for name in names]
+    small = eligibility._first_rule(alive, rules)
+    with mock.patch.object(eligibility, "SMALL_SNAPSHOT", -1):
+        large = eligibility._first_rule(alive, rules)
+    expected = [-1 if not alive[i] else next((eligibility.CODE[name] for mask, name in rules if mask[i]), 0)
+                for i in range(n)]
+    assert small.tolist() == expected
+    assert large.tolist() == expected
