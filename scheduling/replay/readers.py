@@ -10,6 +10,7 @@ import gzip
 import io
 import math
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -53,10 +54,16 @@ def open_text(path: str) -> IO[str]:
             return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
         if path.endswith(".zip"):
             archive = zipfile.ZipFile(path)
+            if not archive.namelist():
+                raise ReplayError(f"cannot read {path}: the zip archive holds no file")
             return io.TextIOWrapper(archive.open(archive.namelist()[0]), encoding="utf-8", errors="replace")
         return open(path, encoding="utf-8", errors="replace")
-    except (OSError, zipfile.BadZipFile, IndexError) as exc:
+    except (OSError, zipfile.BadZipFile) as exc:
         raise ReplayError(f"cannot read {path}: {exc}") from exc
+
+
+# What reading a compressed trace raises past its opening, where its content is broken.
+UNREADABLE = (OSError, EOFError, zlib.error, zipfile.BadZipFile)
 
 
 class LineError(ValueError):
@@ -85,13 +92,23 @@ def read_swf(lines: Iterable[str], columns: list[str], stats: ReadStats, strict:
         if text.startswith(";"):
             key, _, value = text[1:].partition(":")
             if key.strip() == "UnixStartTime":
-                base = float(value.strip() or 0)
+                base = _start_time(number, value.strip())
             continue
         stats.lines += 1
         try:
             yield _swf_record(number, text.split(), base, picks)
         except LineError as exc:
             _bad(stats, number, str(exc), strict)
+
+
+def _start_time(number: int, text: str) -> float:
+    try:
+        value = float(text or 0)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ReplayError(f"line {number}: UnixStartTime {text!r} is not a number")
+    return value
 
 
 def _swf_record(number: int, parts: list[str], base: float, picks: list[int]) -> Record:
@@ -112,21 +129,38 @@ def _swf_record(number: int, parts: list[str], base: float, picks: list[int]) ->
 def read_slurm_csv(lines: Iterable[str], columns: list[str], stats: ReadStats, strict: bool) -> Iterator[Record]:
     """The Compute Canada Slurm CSV: a header line, then one job per line."""
     reader = csv.reader(lines)
-    header = next(reader, None) or []
+    try:
+        header = next(reader, None) or []
+    except csv.Error as exc:
+        raise ReplayError(f"slurm-csv: the header is not CSV: {exc}") from None
     missing = [c for c in SLURM_NEEDED if c not in header]
     if missing:
         raise ReplayError(f"slurm-csv: the header has no column {missing[0]!r}")
     at = {c: header.index(c) for c in header}
     picks = [at[c] for c in columns]
     cpus_at = at.get("req_cpus")
-    for number, row in enumerate(reader, 2):
+    for number, row in enumerate(_rows(reader), 2):
         stats.lines += 1
         try:
+            if isinstance(row, csv.Error):
+                raise LineError(f"not CSV: {row}")
             if len(row) != len(header):
                 raise LineError(f"{len(row)} fields, the header has {len(header)}")
             yield _slurm_record(number, row, at, picks, cpus_at)
         except LineError as exc:
             _bad(stats, number, str(exc), strict)
+
+
+def _rows(reader: Iterator[list[str]]) -> Iterator[list[str] | csv.Error]:
+    """The reader's rows, and in place of a row it cannot read (a field past the csv module's
+    limit) its error: the reader goes on with the next line."""
+    while True:
+        try:
+            yield next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield exc
 
 
 def _slurm_record(number: int, row: list[str], at: dict[str, int], picks: list[int], cpus_at: int | None) -> Record:

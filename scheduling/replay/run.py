@@ -11,7 +11,15 @@ from scheduling.engine import model as em
 
 from .mapping import load_mapping
 from .progress import Progress
-from .readers import FORMATS, SWF_COLUMNS, build_jobs, open_text, read_slurm_csv, read_swf
+from .readers import (
+    FORMATS,
+    SWF_COLUMNS,
+    UNREADABLE,
+    build_jobs,
+    open_text,
+    read_slurm_csv,
+    read_swf,
+)
 from .report import policy_report
 from .sim import Simulation
 from .spec import ClusterSpec
@@ -31,17 +39,27 @@ def load_trace(path: str, fmt: str, mapping_path: str | None, spec: ClusterSpec,
     mapping = load_mapping(check_format(fmt), mapping_path)
     stats = ReadStats()
     with open_text(path) as lines:
-        if fmt == "swf":
-            mapping.check_columns(SWF_COLUMNS)
-            records = read_swf(lines, mapping.columns(), stats, strict)
-        else:
-            header = lines.readline()
-            mapping.check_columns(next(csv.reader([header]), []))
-            records = read_slurm_csv(_chain(header, lines), mapping.columns(), stats, strict)
-        jobs = build_jobs(records, mapping, stats, spec.gpus_per_node, window, limit)
+        try:
+            if fmt == "swf":
+                mapping.check_columns(SWF_COLUMNS)
+                records = read_swf(lines, mapping.columns(), stats, strict)
+            else:
+                header = lines.readline()
+                mapping.check_columns(_header(header))
+                records = read_slurm_csv(_chain(header, lines), mapping.columns(), stats, strict)
+            jobs = build_jobs(records, mapping, stats, spec.gpus_per_node, window, limit)
+        except UNREADABLE as exc:  # a compressed trace broken past its start
+            raise ReplayError(f"cannot read {path}: {exc}") from exc
     jobs = spec.admit(jobs, stats.skipped)
     stats.jobs = len(jobs)
     return jobs, stats
+
+
+def _header(line: str) -> list[str]:
+    try:
+        return next(csv.reader([line]), [])
+    except csv.Error as exc:
+        raise ReplayError(f"slurm-csv: the header is not CSV: {exc}") from None
 
 
 def _chain(first: str, rest: Iterable[str]) -> Iterator[str]:

@@ -1,0 +1,77 @@
+"""A bad trace, spec, mapping or argument ends the replay with exit 2 and one line naming the
+problem (never a traceback); a line that cannot be read is counted and named, unless --strict."""
+
+from __future__ import annotations
+
+import gzip
+import zipfile
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from scheduling.engine import model as em
+from scheduling.replay.run import load_trace
+from scheduling.replay.spec import ClusterSpec
+from scheduling.replay.trace import ReplayError
+
+SAMPLES = Path(__file__).resolve().parents[3] / "scheduling" / "replay" / "samples"
+CC = SAMPLES / "computecanada_slurm_2021_gpu_jobs.first3000.csv.gz"
+SWF_LINE = "1 0 -1 10 4 -1 -1 -1 20 -1 1 1 1 -1 0 -1 -1 -1\n"
+SPEC = ClusterSpec("one", [em.Node("n1", {"gpu": 4.0})])
+
+
+def _replay(trace: Path, *more: str) -> CommandError:
+    with pytest.raises(CommandError) as exc:
+        call_command("replay", str(trace), "--cluster", str(SAMPLES / "cluster-small.json"),
+                     "--policy", str(SAMPLES / "priority.json"), "--json", *more)
+    assert exc.value.returncode == 2
+    return exc.value
+
+
+def _slurm_lines(n: int) -> list[str]:
+    with gzip.open(CC, "rt", encoding="utf-8") as f:
+        return [f.readline() for _ in range(n)]
+
+
+@pytest.mark.parametrize("content", [
+    b"not gzip at all",
+    gzip.compress(SWF_LINE.encode() * 50)[:30],  # cut short
+    (lambda d: d[:10] + bytes(b ^ 0x55 for b in d[10:40]) + d[40:])(gzip.compress(SWF_LINE.encode() * 50)),
+], ids=["not-gzip", "truncated", "corrupt"])
+def test_a_broken_gzip_trace_exits_2_naming_the_file(tmp_path, content):
+    trace = tmp_path / "t.swf.gz"
+    trace.write_bytes(content)
+    assert "cannot read" in str(_replay(trace)) and "t.swf.gz" in str(_replay(trace))
+
+
+def test_an_empty_zip_trace_says_it_is_empty(tmp_path):
+    trace = tmp_path / "t.swf.zip"
+    zipfile.ZipFile(trace, "w").close()
+    assert "holds no file" in str(_replay(trace))
+
+
+def test_a_csv_field_past_the_csv_limit_is_a_bad_line(tmp_path):
+    header, good, other = _slurm_lines(3)
+    trace = tmp_path / "t.csv"
+    trace.write_text(header + good + '"' + "x" * 200_000 + '"\n' + other, encoding="utf-8")
+    jobs, stats = load_trace(str(trace), "slurm-csv", None, SPEC)
+    assert len(jobs) == 2 and sum(stats.bad.values()) == 1
+    assert "line 3: not CSV" in stats.message()
+    with pytest.raises(ReplayError, match="line 3: not CSV.*--strict"):
+        load_trace(str(trace), "slurm-csv", None, SPEC, strict=True)
+
+
+def test_a_csv_header_past_the_csv_limit_exits_2(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text('"' + "x" * 200_000 + '"\n', encoding="utf-8")
+    with pytest.raises(ReplayError, match="header is not CSV"):
+        load_trace(str(trace), "slurm-csv", None, SPEC)
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "inf", "-Infinity"])
+def test_an_swf_start_time_that_is_not_a_number_exits_2(tmp_path, value):
+    trace = tmp_path / "t.swf"
+    trace.write_text(f"; UnixStartTime: {value}\n" + SWF_LINE)
+    with pytest.raises(ReplayError, match=f"line 1: UnixStartTime {value!r} is not a number"):
+        load_trace(str(trace), "swf", None, SPEC)
