@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,10 @@ NUMBERS = {"class": (0, 10), "priority": (0, 100)}
 CHECKPOINTS = ("auto", "manual", "none")
 _TOP = {*FIELDS, "checkpoint_minutes", "min_gpus", "gpus_per_processor"}
 _RULE = {"from", "value", "map", "prefix", "default", "bands", "band_values"}
+
+
+class OutOfRange(ValueError):
+    """A trace's text that a class or priority rule reads as a number outside the field's range."""
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "swf": {"tenant": {"from": "group", "prefix": "g"}, "user": {"from": "user", "prefix": "u"},
@@ -63,9 +68,13 @@ class Rule:
             return self.bands[i][1] if i >= 0 else self.default
         if self.name in NUMBERS:
             try:
-                return int(float(raw))
+                number = float(raw)
             except ValueError:
                 return self.default
+            lo, hi = NUMBERS[self.name]
+            if not lo <= number <= hi:  # (NaN too)
+                raise OutOfRange(f"{self.name} from {self.source} is not a number from {lo} to {hi}")
+            return int(number)
         return self.prefix + raw
 
     def fit_quartiles(self, column: list[float]) -> None:
@@ -118,7 +127,7 @@ def load_mapping(fmt: str, path: str | None) -> Mapping:
 
 def _number(doc: dict[str, Any], key: str, default: float) -> float:
     value = doc.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
         raise ReplayError(f"mapping: {key} must be a non-negative number")
     return float(value)
 
@@ -131,6 +140,8 @@ def _rule(name: str, raw: Any) -> Rule:
     unknown = sorted(set(raw) - _RULE)
     if unknown:
         raise ReplayError(f"mapping: {name}.{unknown[0]} is not a rule field ({', '.join(sorted(_RULE))})")
+    if not isinstance(raw.get("map") or {}, dict):
+        raise ReplayError(f"mapping: {name}.map must be an object of texts to values")
     rule = Rule(name, source=raw.get("from"), value=raw.get("value"), prefix=str(raw.get("prefix", "")),
                 table={str(k): v for k, v in (raw.get("map") or {}).items()}, default=raw.get("default"))
     if rule.source is None and "value" not in raw:
@@ -143,6 +154,8 @@ def _rule(name: str, raw: Any) -> Rule:
     elif bands is not None:
         try:
             rule.bands = sorted((float(t), v) for t, v in bands)
+            if not all(math.isfinite(t) for t, _ in rule.bands):
+                raise ValueError("a threshold is not a finite number")
         except (TypeError, ValueError) as exc:
             raise ReplayError(f"mapping: {name}.bands must be [[threshold, value], ...]") from exc
     for value in [rule.value, rule.default, *rule.table.values(), *(v for _, v in rule.bands or []),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO
 
-from .mapping import Mapping
+from .mapping import Mapping, OutOfRange
 from .trace import Job, ReadStats, ReplayError
 
 FORMATS = ("swf", "slurm-csv", "lattice")
@@ -188,9 +188,10 @@ def _bad(stats: ReadStats, number: int, reason: str, strict: bool) -> None:
 
 
 def build_jobs(records: Iterable[Record], mapping: Mapping, stats: ReadStats, gpus_per_node: float,
-               window: tuple[float | None, float | None] = (None, None), limit: int | None = None) -> list[Job]:
+               window: tuple[float | None, float | None] = (None, None), limit: int | None = None,
+               strict: bool = False) -> list[Job]:
     """Map records to jobs: in submission order, within the dates, at most ``limit``; ids count
-    from 1 in that order."""
+    from 1 in that order. A record whose class or priority is out of range is a bad line."""
     start, until = window
     kept: list[Record] = []
     for rec in records:
@@ -209,7 +210,12 @@ def build_jobs(records: Iterable[Record], mapping: Mapping, stats: ReadStats, gp
             i = columns.index(rule.source)
             rule.fit_quartiles([float(r.raw[i]) for r in kept if r.raw[i] not in (None, "")
                                 and _is_number(r.raw[i])])
-    jobs = [_job(n, rec, mapping, columns, gpus_per_node) for n, rec in enumerate(kept, 1)]
+    jobs: list[Job] = []
+    for rec in kept:
+        try:
+            jobs.append(_job(len(jobs) + 1, rec, mapping, columns, gpus_per_node))
+        except OutOfRange as exc:
+            _bad(stats, rec.line, str(exc), strict)
     stats.jobs = len(jobs)
     return jobs
 

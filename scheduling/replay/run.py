@@ -47,7 +47,7 @@ def load_trace(path: str, fmt: str, mapping_path: str | None, spec: ClusterSpec,
                 header = lines.readline()
                 mapping.check_columns(_header(header))
                 records = read_slurm_csv(_chain(header, lines), mapping.columns(), stats, strict)
-            jobs = build_jobs(records, mapping, stats, spec.gpus_per_node, window, limit)
+            jobs = build_jobs(records, mapping, stats, spec.gpus_per_node, window, limit, strict)
         except UNREADABLE as exc:  # a compressed trace broken past its start
             raise ReplayError(f"cannot read {path}: {exc}") from exc
     jobs = spec.admit(jobs, stats.skipped)

@@ -75,3 +75,35 @@ def test_an_swf_start_time_that_is_not_a_number_exits_2(tmp_path, value):
     trace.write_text(f"; UnixStartTime: {value}\n" + SWF_LINE)
     with pytest.raises(ReplayError, match=f"line 1: UnixStartTime {value!r} is not a number"):
         load_trace(str(trace), "swf", None, SPEC)
+
+
+@pytest.mark.parametrize(("mapping", "message"), [
+    ('{"tenant": {"from": "group", "map": [1]}}', "tenant.map must be an object"),
+    ('{"gpus_per_processor": Infinity}', "gpus_per_processor must be a non-negative number"),
+    ('{"checkpoint_minutes": NaN}', "checkpoint_minutes must be a non-negative number"),
+    ('{"min_gpus": NaN}', "min_gpus must be a non-negative number"),
+    ('{"class": {"from": "queue", "bands": [[NaN, 1]]}}', "class.bands must be"),
+])
+def test_a_bad_mapping_exits_2_naming_the_field(tmp_path, mapping, message):
+    trace, path = tmp_path / "t.swf", tmp_path / "m.json"
+    trace.write_text(SWF_LINE)
+    path.write_text(mapping)
+    with pytest.raises(ReplayError, match=message):
+        load_trace(str(trace), "swf", str(path), SPEC)
+
+
+def test_a_class_or_priority_out_of_range_in_the_trace_is_a_bad_line(tmp_path):
+    trace, path = tmp_path / "t.swf", tmp_path / "m.json"
+    queues = ["3", "1e300", "11", "-3", "10.5", "7"]
+    trace.write_text("".join(f"{i} {i} -1 10 4 -1 -1 -1 20 -1 1 1 1 -1 {q} -1 -1 -1\n"
+                             for i, q in enumerate(queues, 1)))
+    path.write_text('{"class": {"from": "queue"}}')
+    jobs, stats = load_trace(str(trace), "swf", str(path), SPEC)
+    assert [(j.name, j.preemption_class) for j in jobs] == [("1", 3), ("6", 7)]
+    assert dict(stats.bad) == {"class from queue is not a number from 0 to 10": 4}
+    assert "line 2: class from queue" in stats.message()
+    with pytest.raises(ReplayError, match="line 2: class from queue is not a number from 0 to 10 \\(--strict\\)"):
+        load_trace(str(trace), "swf", str(path), SPEC, strict=True)
+    path.write_text('{"priority": {"from": "queue"}}')
+    jobs, stats = load_trace(str(trace), "swf", str(path), SPEC)
+    assert [j.priority for j in jobs] == [3, 11, 10, 7] and sum(stats.bad.values()) == 2
