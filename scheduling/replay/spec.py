@@ -11,6 +11,7 @@ have no home); ``session_types`` (engine session types); ``tenants`` (``name``, 
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -103,8 +104,12 @@ def load_spec(path: str) -> ClusterSpec:
     assert isinstance(count, int) and isinstance(gpus, int) and isinstance(cpus, int)
     homes: list[str | None] = []
     vc_docs = doc.get("vclusters") or []
+    if not isinstance(vc_docs, list):
+        raise ReplayError("cluster spec: vclusters: must be a list")
     for i, vc in enumerate(vc_docs):
-        n = vc.get("nodes", 0) if isinstance(vc, dict) else 0
+        if not isinstance(vc, dict):
+            raise ReplayError(f"cluster spec: vclusters[{i}]: must be an object")
+        n = vc.get("nodes", 0)
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ReplayError(f"cluster spec: vclusters[{i}].nodes must be a non-negative integer")
         homes += [vc.get("name")] * n
@@ -115,8 +120,9 @@ def load_spec(path: str) -> ClusterSpec:
              for i in range(count)]
     scenario = _checked(doc, nodes, vc_docs)
     default = doc.get("default_fair_share", 0.0)
-    if default != "equal" and (isinstance(default, bool) or not isinstance(default, int | float)):
-        raise ReplayError("cluster spec: default_fair_share must be a number or \"equal\"")
+    if default != "equal" and (isinstance(default, bool) or not isinstance(default, int | float)
+                               or not 0 <= default < math.inf):
+        raise ReplayError("cluster spec: default_fair_share must be a non-negative number or \"equal\"")
     return ClusterSpec(name=str(doc.get("name") or path), nodes=list(scenario.nodes),
                        vclusters=list(scenario.vclusters), session_types=list(scenario.session_types),
                        tenants={t.name: t for t in scenario.tenants}, default_fair_share=default)
@@ -127,8 +133,7 @@ def _checked(doc: dict[str, Any], nodes: list[dict[str, Any]], vc_docs: list[Any
     scenario_doc = {
         "now": "2000-01-01T00:00:00Z", "policy": {"kind": "class_cost"}, "nodes": nodes, "running": [],
         "pending": {"id": "spec", "per_node": {"gpu": 0}},
-        "vclusters": [{k: v for k, v in vc.items() if k != "nodes"} if isinstance(vc, dict) else vc
-                      for vc in vc_docs],
+        "vclusters": [{k: v for k, v in vc.items() if k != "nodes"} for vc in vc_docs],
         "session_types": doc.get("session_types") or [], "tenants": doc.get("tenants") or [],
     }
     try:

@@ -107,3 +107,19 @@ def test_a_class_or_priority_out_of_range_in_the_trace_is_a_bad_line(tmp_path):
     path.write_text('{"priority": {"from": "queue"}}')
     jobs, stats = load_trace(str(trace), "swf", str(path), SPEC)
     assert [j.priority for j in jobs] == [3, 11, 10, 7] and sum(stats.bad.values()) == 2
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ('{"nodes": 4, "gpus_per_node": 8, "vclusters": 5}', "vclusters: must be a list"),
+    ('{"nodes": 4, "gpus_per_node": 8, "vclusters": {"a": 1}}', "vclusters: must be a list"),
+    ('{"nodes": 4, "gpus_per_node": 8, "vclusters": ["a"]}', "vclusters\\[0\\]: must be an object"),
+    ('{"nodes": 4, "gpus_per_node": 8, "default_fair_share": NaN}', "default_fair_share must be"),
+    ('{"nodes": 4, "gpus_per_node": 8, "default_fair_share": Infinity}', "default_fair_share must be"),
+    ('{"nodes": 4, "gpus_per_node": 8, "default_fair_share": -1}', "default_fair_share must be"),
+])
+def test_a_bad_cluster_spec_exits_2_naming_the_field(tmp_path, spec, message):
+    path = tmp_path / "spec.json"
+    path.write_text(spec)
+    with pytest.raises(CommandError, match=message) as exc:
+        call_command("replay", str(CC), "--cluster", str(path), "--policy", str(SAMPLES / "priority.json"), "--json")
+    assert exc.value.returncode == 2
