@@ -27,7 +27,12 @@ def _date(text: str | None) -> datetime | None:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise ReplayError(f"not a date: {text!r} (YYYY-MM-DD or ISO 8601)") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    try:
+        moment.astimezone(UTC)  # the database compares in UTC: a date past year 1 to 9999 there is none
+    except OverflowError:
+        raise ReplayError(f"date out of range: {text!r} (in UTC it is before year 1 or after 9999)") from None
+    return moment
 
 
 class Command(BaseCommand):
@@ -73,6 +78,8 @@ class Command(BaseCommand):
 
     def _run(self, o: dict[str, Any]) -> dict[str, Any]:
         fmt = check_format(o["fmt"] or guess_format(o["trace"]))
+        if o["jobs"] is not None and o["jobs"] < 1:
+            raise ReplayError("--jobs must be a positive number of jobs")
         if not 0 <= o["checkpoint_jitter"] <= 1:
             raise ReplayError("--checkpoint-jitter must be between 0 and 1")
         spec, group_policy = self._cluster(o)

@@ -4,6 +4,7 @@ problem (never a traceback); a line that cannot be read is counted and named, un
 from __future__ import annotations
 
 import gzip
+import re
 import zipfile
 from pathlib import Path
 
@@ -123,3 +124,17 @@ def test_a_bad_cluster_spec_exits_2_naming_the_field(tmp_path, spec, message):
     with pytest.raises(CommandError, match=message) as exc:
         call_command("replay", str(CC), "--cluster", str(path), "--policy", str(SAMPLES / "priority.json"), "--json")
     assert exc.value.returncode == 2
+
+
+@pytest.mark.parametrize("moment", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+@pytest.mark.parametrize("option", ["--from", "--until"])
+def test_a_date_past_what_utc_can_hold_exits_2(node_gpu_a, option, moment):
+    with pytest.raises(CommandError, match=re.escape(f"date out of range: '{moment}'")) as exc:
+        call_command("replay", "rg-main", "--format", "lattice", "--group", "rg-main", "--json", option, moment)
+    assert exc.value.returncode == 2
+
+
+@pytest.mark.parametrize("jobs", ["-1", "0"])
+def test_jobs_must_be_a_positive_count(jobs):
+    error = _replay(CC, "--jobs", jobs)
+    assert "--jobs must be a positive number of jobs" in str(error)
