@@ -29,6 +29,9 @@ from .trace import Job
 
 END, LEFT, ARRIVE, TICK = 0, 1, 2, 3  # at one instant, capacity is given back before arrivals
 PASS_BUDGET = 2000  # requests decided per pass, as the real pass (passes/run.py)
+# A job running far past the trace's submissions must not make bins of the submissions' width
+# for all its run (a run of 1e9 s was 17 million bins, one of 1e300 s an OverflowError).
+MAX_RUN_BINS = 10_000
 
 
 class JobState:
@@ -83,8 +86,9 @@ class Simulation(IncrementalPass):
         if start is None:
             start = jobs[0].submit if jobs else 0.0
         span = (jobs[-1].submit - start) if jobs else 0.0
+        longest = max((j.run for j in jobs), default=0.0)
         total = sum(n.capacity.get("gpu", 0.0) for n in spec.nodes)
-        self.rec = Recorder(start, bin_s or max(60.0, span / 100), total, len(spec.nodes), policy.tolerance,
+        self.rec = Recorder(start, bin_s or max(60.0, span / 100, longest / MAX_RUN_BINS), total, len(spec.nodes), policy.tolerance,
                             policy.starvation_timeout_s, measure=measure)
         self.jobs = {j.id: JobState(j, self.rec.tenant(j.tenant, self.fair.get(j.tenant, 0.0))) for j in jobs}
         self.arrivals = [j.id for j in jobs]

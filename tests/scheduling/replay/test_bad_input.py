@@ -4,6 +4,8 @@ problem (never a traceback); a line that cannot be read is counted and named, un
 from __future__ import annotations
 
 import gzip
+import io
+import json
 import re
 import zipfile
 from pathlib import Path
@@ -138,3 +140,15 @@ def test_a_date_past_what_utc_can_hold_exits_2(node_gpu_a, option, moment):
 def test_jobs_must_be_a_positive_count(jobs):
     error = _replay(CC, "--jobs", jobs)
     assert "--jobs must be a positive number of jobs" in str(error)
+
+
+@pytest.mark.parametrize("run", ["1e9", "1e300"])
+def test_a_job_running_far_past_the_trace_keeps_the_series_small(tmp_path, run):
+    trace = tmp_path / "t.swf"
+    trace.write_text(SWF_LINE + f"2 5 -1 {run} 4 -1 -1 -1 -1 -1 1 1 1 -1 0 -1 -1 -1\n")
+    out = io.StringIO()
+    call_command("replay", str(trace), "--cluster", str(SAMPLES / "cluster-small.json"),
+                 "--policy", str(SAMPLES / "priority.json"), "--json", stdout=out)
+    (policy,) = json.loads(out.getvalue())["policies"]
+    assert policy["summary"]["finished"] == 2
+    assert len(policy["series"]["gpu_utilisation"]) <= 10_001
