@@ -145,6 +145,7 @@ def requeue_failed(alloc: Allocation) -> Allocation | None:
     copy.requeue_count = alloc.requeue_count + 1
     copy.requeued_from = alloc
     copy.started_at = copy.ended_at = copy.exit_code = copy.deadline_at = copy.preempted_by = None
+    copy.ran_on = []  # it has run nowhere: no agent may report about it until it starts (nodes/actions.py)
     copy.fail_reason = ""
     copy.requeue_asked = False
     copy.save()

@@ -6,12 +6,13 @@ import json
 
 import pytest
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
 from lattice_site.asgi import application
 from nodes.actions import agent_token_issue
-from nodes.models import Node
+from nodes.models import Node, NodeState
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.passes.run import schedule_pass
 
@@ -350,6 +351,35 @@ def test_late_report_is_accepted_only_from_a_node_the_work_ran_on(agent_node, re
     assert run(scenario)["code"] == "NOT_ON_THIS_NODE"
     elsewhere.refresh_from_db()
     assert elsewhere.state == "running" and elsewhere.ran_on == ["gpu-a1"]
+
+
+def test_the_copy_queued_for_lost_work_takes_no_report_from_the_node_that_lost_it(agent_node, make_allocation,
+                                                                                  vcluster_hpc):
+    """The copy has run nowhere: the node of the lost original may not report about it."""
+    node, token = agent_node
+    node.last_heartbeat_at = timezone.now() - timezone.timedelta(minutes=5)
+    node.state = NodeState.DRAINING  # so that no pass starts the copy there meanwhile
+    node.save()
+    lost = _running_here(make_allocation, vcluster_hpc, node, requeue_policy="on_node_failure",
+                         started_at=node.last_heartbeat_at - timezone.timedelta(minutes=1))
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        await _send(comm, {"type": "hello", "id": "h1", "agent_version": "1.0", "capacity": {}, "labels": {},
+                           "running": []})
+        await comm.receive_from(timeout=5)  # the hello's ack
+        copy = await database_sync_to_async(Allocation.objects.get)(requeued_from=lost)
+        out = [await _send(comm, {"type": "started", "id": "s1", "allocation": str(copy.pk), "pid": 7}),
+               await _send(comm, {"type": "exited", "id": "x1", "allocation": str(copy.pk), "exit_code": 0,
+                                  "reason": "completed"})]
+        await comm.disconnect()
+        return out
+
+    assert [f.get("code") for f in run(scenario)] == ["NOT_ON_THIS_NODE", "NOT_ON_THIS_NODE"]
+    copy = Allocation.objects.get(requeued_from=lost)
+    assert (copy.state, copy.ran_on) == ("pending", [])
+    assert not AllocationEvent.objects.filter(allocation=copy, reason__startswith="started on").exists()
 
 
 def test_a_revoked_token_s_connection_is_closed_with_4401_and_the_new_token_connects(agent_node, operator):
