@@ -412,6 +412,7 @@ def test_a_late_exit_corrects_work_its_agent_s_hello_declared_lost(agent_node, m
     (completed, not failed) and the copy, still pending, is cancelled."""
     node, token = agent_node
     node.last_heartbeat_at = timezone.now() - timezone.timedelta(minutes=5)
+    node.state = NodeState.DRAINING  # so that no pass starts the copy there before the exit
     node.save()
     job = _running_here(make_allocation, vcluster_hpc, node, requeue_policy="on_node_failure",
                         started_at=node.last_heartbeat_at - timezone.timedelta(minutes=1))
@@ -443,6 +444,7 @@ def test_a_late_failed_exit_keeps_the_copy_only_when_the_policy_requeues_failure
                                                                                 vcluster_hpc):
     node, token = agent_node
     node.last_heartbeat_at = timezone.now() - timezone.timedelta(minutes=5)
+    node.state = NodeState.DRAINING  # so that no pass starts a copy there before the exits
     node.save()
     started = node.last_heartbeat_at - timezone.timedelta(minutes=1)
     always = _running_here(make_allocation, vcluster_hpc, node, requeue_policy="always", started_at=started,
