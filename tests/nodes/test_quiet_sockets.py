@@ -26,12 +26,15 @@ from nodes.models import Node
 def _layer_hosts(redis_url: str) -> list[dict]:
     from importlib import reload
 
-    from lattice_site.settings import base
+    from lattice_site.settings import base, environment
 
+    # The settings read the environment once, when ``environment`` is imported: read it again.
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("REDIS_URL", redis_url)
+        reload(environment)
         reload(base)
         hosts = base.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]
+    reload(environment)
     reload(base)
     return hosts
 
