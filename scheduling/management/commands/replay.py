@@ -108,6 +108,8 @@ class Command(BaseCommand):
 
     def _jobs(self, fmt: str, o: dict[str, Any], spec: ClusterSpec) -> tuple[list[Job], ReadStats]:
         since, until = _date(o["since"]), _date(o["until"])
+        if since is not None and until is not None and since >= until:
+            raise ReplayError(f"--from {o['since']} is not before --until {o['until']}: no job could be replayed")
         if fmt == "lattice":
             return history.history_jobs(history.group_of(o["trace"]), since, until, o["mapping"], spec, o["jobs"])
         window = (since.timestamp() if since else None, until.timestamp() if until else None)

@@ -152,3 +152,9 @@ def test_a_job_running_far_past_the_trace_keeps_the_series_small(tmp_path, run):
     (policy,) = json.loads(out.getvalue())["policies"]
     assert policy["summary"]["finished"] == 2
     assert len(policy["series"]["gpu_utilisation"]) <= 10_001
+
+
+@pytest.mark.parametrize("until", ["2021-03-01", "2021-02-01"])
+def test_from_not_before_until_exits_2_instead_of_replaying_nothing(until):
+    error = _replay(CC, "--from", "2021-03-01", "--until", until)
+    assert f"--from 2021-03-01 is not before --until {until}" in str(error)
