@@ -16,12 +16,16 @@ from scheduling.engine.model import victim_action
 from scheduling.errors import Conflict
 from scheduling.models import Allocation, ResourceGroup
 from scheduling.passes.snapshot import policy_of
-from scheduling.states import State
+from scheduling.states import FINAL, State
 
 
 def allocation_protect(*, allocation: Allocation, until: datetime, actor: Any, reason: str) -> Allocation:
+    """Keep work from being chosen as a victim until ``until``: running work, or work that will
+    run (pending, suspended). Ended work has nothing left to protect (Conflict)."""
     with transaction.atomic():
         alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
+        if alloc.state in FINAL:
+            raise Conflict(f"allocation {alloc.pk} is {alloc.state}: ended work cannot be protected")
         before = {"protected_until": alloc.protected_until.isoformat() if alloc.protected_until else None}
         alloc.protected_until = until
         alloc.save(update_fields=["protected_until"])

@@ -170,3 +170,13 @@ def test_a_vcluster_cannot_move_to_another_resource_group(ops, resource_group, v
     same = _call(ops, "patch", f"/api/v1/vclusters/{vcluster_hpc.pk}/", {"resource_group": "rg-main",
                                                                           "allow_lending": False, "reason": "r"})
     assert same.status_code == 200 and same.json()["allow_lending"] is False
+
+
+def test_ended_work_cannot_be_protected(ops, vcluster_hpc, make_allocation):
+    job = make_allocation(state="completed", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc)
+    until = timezone.now() + timedelta(hours=2)
+    refused = _call(ops, "post", "/api/v1/overrides/protect/", {"allocation": job.pk, "until": until.isoformat(),
+                                                                 "reason": "too late"})
+    assert refused.status_code == 409
+    assert Allocation.objects.get(pk=job.pk).protected_until is None
+    assert not PolicyChange.objects.exists()
