@@ -52,7 +52,7 @@ from scheduling.actions.starts import bound_devices, run_as_of, start_frame
 from scheduling.dispatch import agent_revoked_on_commit, event_on_commit
 from scheduling.errors import InvalidTransition
 from scheduling.models import Allocation, AllocationEvent, Placement
-from scheduling.states import FINAL, HOLDING, State
+from scheduling.states import HOLDING, State
 
 HEARTBEAT_INTERVAL_S = 10
 HEARTBEAT_TIMEOUT_S = 30
@@ -189,7 +189,7 @@ def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) 
             ProcessedFrame.objects.create(node=node, frame_id=frame.id)
             alloc = _placed_here(node, frame.allocation)
             if isinstance(frame, Started):
-                if alloc.state not in FINAL:
+                if alloc.state in HOLDING:  # a late start of a run since suspended or requeued: nothing to say
                     _started_row(alloc, node, frame.pid)
             elif isinstance(frame, Exited):
                 late = alloc.state == State.FAILED and allocation_late_exit(

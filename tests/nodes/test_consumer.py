@@ -468,3 +468,28 @@ def test_a_late_failed_exit_keeps_the_copy_only_when_the_policy_requeues_failure
         alloc.refresh_from_db()
         assert (alloc.state, alloc.exit_code) == ("failed", 3)
         assert Allocation.objects.get(requeued_from=alloc).state == copy_state
+
+
+@pytest.mark.parametrize("state", ["suspended", "pending"])
+def test_a_late_start_of_work_no_longer_placed_writes_nothing_to_its_history(agent_node, make_allocation,
+                                                                             vcluster_hpc, state):
+    """Work suspended or requeued since its run here: the agent's late ``started`` is acknowledged
+    (it is no error of the agent's) and its history does not say it started."""
+    node, token = agent_node
+    node.state = NodeState.DRAINING  # so that no pass starts it again meanwhile
+    node.save()
+    alloc = make_allocation(state=state, node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
+                            vcluster=vcluster_hpc, ran_on=[node.name])
+    before = AllocationEvent.objects.filter(allocation=alloc).count()
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        reply = await _send(comm, {"type": "started", "id": "s1", "allocation": str(alloc.pk), "pid": 7})
+        await comm.disconnect()
+        return reply
+
+    assert run(scenario) == {"type": "ack", "id": "s1"}
+    alloc.refresh_from_db()
+    assert alloc.state == state
+    assert AllocationEvent.objects.filter(allocation=alloc).count() == before
