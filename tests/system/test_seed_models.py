@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.test import Client
 
 from nodes.actions import agent_token_issue
 from nodes.models import Node
@@ -289,3 +290,44 @@ def test_rank_symphony(tmp_path, agent_factory, resource_group, vcluster_hpc,  #
     assert bob_view[0]["preemptor_description"] == "a class-0 allocation of another tenant"
     alice_view = alice.get(f"/api/v1/preemptions/{decision.pk}/").json()
     assert alice_view["code"] == "PREEMPT" and alice_view["victims"][0]["tenant"] == "another tenant"
+
+
+def test_class_cost_multi_node_request_within_max_victims(tmp_path, agent_factory, resource_group, vcluster_hpc,  # noqa: F811
+                                                          tenant_physics, tenant_chemistry, operator):
+    """A class-7 request for two whole nodes, each held by one class-1 job: under max_victims 1 it
+    waits and says so (no set of one victim can free two nodes); once an operator allows two
+    victims, both are checkpointed through their agents and the request starts on both nodes."""
+    _agents(tmp_path, agent_factory, resource_group, vcluster_hpc, 2)
+    ops = Client()
+    ops.force_login(operator)
+
+    def allow(victims: int) -> None:
+        policy = {"kind": "class_cost", "mode": "suspend", "max_victims": victims}
+        changed = ops.put("/api/v1/resource-groups/rg-main/policy/", {"policy": policy, "reason": "test"},
+                          content_type="application/json")
+        assert changed.status_code == 200, changed.content
+
+    allow(1)
+    alice, bob = client_for("alice"), client_for("bob")
+    lows = [submitted(alice, per_node={"gpu": 8}, preemption_class=1, checkpoint_minutes=1) for _ in range(2)]
+    assert [_state(i) for i in lows] == ["running", "running"]
+    _started_by_agent(*lows)
+
+    wide = submitted(bob, nodes=2, per_node={"gpu": 8}, preemption_class=7)
+    schedule_pass(resource_group.pk)
+    assert _state(wide) == "pending" and [_state(i) for i in lows] == ["running", "running"]
+    reason = bob.get(f"/api/v1/allocations/{wide}/explain/").json()["reason"]
+    assert reason["code"] == "RESOURCES" and reason["preemption"]["code"] == "EXCEEDS_MAX_VICTIMS", reason
+    assert "(1)" in reason["preemption"]["explanation"]  # the bound that binds
+    assert not PreemptionDecision.objects.filter(preemptor_id=wide, code="PREEMPT").exists()
+
+    allow(2)
+    schedule_pass(resource_group.pk)
+    decision = _preempting(resource_group.pk, wide)
+    assert sorted(int(v["id"]) for v in decision.victims) == sorted(lows)
+    for low in lows:
+        _checkpointed_by_agent(_until(low, "pending"), tmp_path)
+    schedule_pass(resource_group.pk)  # the pass the reports asked for
+    assert _state(wide) == "running"
+    assert sorted(Allocation.objects.get(pk=wide).placements.values_list("node__name", flat=True)) == [
+        "gpu-a", "gpu-b"]
