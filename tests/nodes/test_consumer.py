@@ -48,6 +48,15 @@ def _running_here(make_allocation, vcluster_hpc, node, **kw) -> Allocation:
     return alloc
 
 
+def _silent_and_drained(node: Node) -> timezone.datetime:
+    """The node last heard from five minutes ago and draining, so that no pass starts a requeued
+    copy there while the test's frames are on their way; returns when its lost work started."""
+    node.last_heartbeat_at = timezone.now() - timezone.timedelta(minutes=5)
+    node.state = NodeState.DRAINING
+    node.save()
+    return node.last_heartbeat_at - timezone.timedelta(minutes=1)
+
+
 def test_missing_or_wrong_token_is_refused_with_4401_and_changes_nothing(agent_node):
     node, token = agent_node
 
@@ -357,11 +366,8 @@ def test_the_copy_queued_for_lost_work_takes_no_report_from_the_node_that_lost_i
                                                                                   vcluster_hpc):
     """The copy has run nowhere: the node of the lost original may not report about it."""
     node, token = agent_node
-    node.last_heartbeat_at = timezone.now() - timezone.timedelta(minutes=5)
-    node.state = NodeState.DRAINING  # so that no pass starts the copy there meanwhile
-    node.save()
     lost = _running_here(make_allocation, vcluster_hpc, node, requeue_policy="on_node_failure",
-                         started_at=node.last_heartbeat_at - timezone.timedelta(minutes=1))
+                         started_at=_silent_and_drained(node))
 
     async def scenario():
         comm = _comm(token)
@@ -411,11 +417,8 @@ def test_a_late_exit_corrects_work_its_agent_s_hello_declared_lost(agent_node, m
     runs and requeues a copy; the exit that follows says it completed. The record is corrected
     (completed, not failed) and the copy, still pending, is cancelled."""
     node, token = agent_node
-    node.last_heartbeat_at = timezone.now() - timezone.timedelta(minutes=5)
-    node.state = NodeState.DRAINING  # so that no pass starts the copy there before the exit
-    node.save()
     job = _running_here(make_allocation, vcluster_hpc, node, requeue_policy="on_node_failure",
-                        started_at=node.last_heartbeat_at - timezone.timedelta(minutes=1))
+                        started_at=_silent_and_drained(node))
 
     async def scenario():
         comm = _comm(token)
@@ -443,10 +446,7 @@ def test_a_late_exit_corrects_work_its_agent_s_hello_declared_lost(agent_node, m
 def test_a_late_failed_exit_keeps_the_copy_only_when_the_policy_requeues_failures(agent_node, make_allocation,
                                                                                 vcluster_hpc):
     node, token = agent_node
-    node.last_heartbeat_at = timezone.now() - timezone.timedelta(minutes=5)
-    node.state = NodeState.DRAINING  # so that no pass starts a copy there before the exits
-    node.save()
-    started = node.last_heartbeat_at - timezone.timedelta(minutes=1)
+    started = _silent_and_drained(node)
     always = _running_here(make_allocation, vcluster_hpc, node, requeue_policy="always", started_at=started,
                            per_node_gpu=4)
     on_loss = _running_here(make_allocation, vcluster_hpc, node, requeue_policy="on_node_failure",

@@ -59,12 +59,18 @@ def test_class_and_priority_must_be_within_the_tenant_contract(api_for, tenant_p
     assert set(response.json()) == {"preemption_class", "priority"}
 
 
-def test_quota_exceeded_is_409_naming_current_requested_and_limit(api_for, tenant_physics, two_nodes):
-    quota = tenant_physics.quota
+def _one_job_under_a_12_gpu_quota(api_for, tenant):
+    """alice's client, with one 8-GPU job submitted under a 12-GPU quota: a second would pass it."""
+    quota = tenant.quota
     quota.max_gpus = 12
     quota.save()
     client = api_for("alice")
     assert _submit(client).status_code == 201
+    return client, quota
+
+
+def test_quota_exceeded_is_409_naming_current_requested_and_limit(api_for, tenant_physics, two_nodes):
+    client, _ = _one_job_under_a_12_gpu_quota(api_for, tenant_physics)
     response = _submit(client)
     assert response.status_code == 409
     expected = {"error": "quota_exceeded", "quota": "max_gpus", "current": 8, "requested": 8, "limit": 12}
@@ -75,11 +81,7 @@ def test_quota_exceeded_is_409_naming_current_requested_and_limit(api_for, tenan
 def test_what_if_answers_a_request_past_the_hard_quota_as_its_submission_would(api_for, tenant_physics, two_nodes):
     """The nodes are free, so the engine alone says it fits; the submission is refused with a 409
     naming the quota, and so is the what-if."""
-    quota = tenant_physics.quota
-    quota.max_gpus = 12
-    quota.save()
-    client = api_for("alice")
-    assert _submit(client).status_code == 201
+    client, quota = _one_job_under_a_12_gpu_quota(api_for, tenant_physics)
     refused = _submit(client)
     what_if = client.post("/api/v1/allocations/what-if/", JOB, content_type="application/json")
     assert refused.status_code == what_if.status_code == 409
