@@ -57,6 +57,12 @@ def _silent_and_drained(node: Node) -> timezone.datetime:
     return node.last_heartbeat_at - timezone.timedelta(minutes=1)
 
 
+def _lost_here(make_allocation, vcluster_hpc, node: Node, **kw) -> Allocation:
+    """Work running on a node that went silent (and is drained): its agent's hello will not list it."""
+    fields = {"requeue_policy": "on_node_failure", **kw}
+    return _running_here(make_allocation, vcluster_hpc, node, started_at=_silent_and_drained(node), **fields)
+
+
 def test_missing_or_wrong_token_is_refused_with_4401_and_changes_nothing(agent_node):
     node, token = agent_node
 
@@ -366,8 +372,7 @@ def test_the_copy_queued_for_lost_work_takes_no_report_from_the_node_that_lost_i
                                                                                   vcluster_hpc):
     """The copy has run nowhere: the node of the lost original may not report about it."""
     node, token = agent_node
-    lost = _running_here(make_allocation, vcluster_hpc, node, requeue_policy="on_node_failure",
-                         started_at=_silent_and_drained(node))
+    lost = _lost_here(make_allocation, vcluster_hpc, node)
 
     async def scenario():
         comm = _comm(token)
@@ -417,8 +422,7 @@ def test_a_late_exit_corrects_work_its_agent_s_hello_declared_lost(agent_node, m
     runs and requeues a copy; the exit that follows says it completed. The record is corrected
     (completed, not failed) and the copy, still pending, is cancelled."""
     node, token = agent_node
-    job = _running_here(make_allocation, vcluster_hpc, node, requeue_policy="on_node_failure",
-                        started_at=_silent_and_drained(node))
+    job = _lost_here(make_allocation, vcluster_hpc, node)
 
     async def scenario():
         comm = _comm(token)
