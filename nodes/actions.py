@@ -121,11 +121,14 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
         last_contact = fresh.last_heartbeat_at
         fresh.agent_version = frame.agent_version[:32]
         fresh.last_heartbeat_at = moment
+        # A hello starts the node's heartbeat sequence again: an agent restarted on a clock set
+        # back since its last run sends seqs below the stored one, which would all be refused.
+        fresh.last_seq = 0
         revived = fresh.state in (NodeState.UNKNOWN, NodeState.DEGRADED, NodeState.DOWN)
         if revived:
             # Back from silence; a node its GPUs' health degraded stays so (nodes/health.py).
             fresh.state = NodeState.DEGRADED if fresh.health_reason else NodeState.READY
-        fresh.save(update_fields=["agent_version", "last_heartbeat_at", "state"])
+        fresh.save(update_fields=["agent_version", "last_heartbeat_at", "last_seq", "state"])
         if revived:
             nodes_changed([fresh.pk])
         node_devices_report(node=fresh, devices=frame.devices, cgroups=frame.cgroups, now=moment,

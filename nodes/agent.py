@@ -70,6 +70,7 @@ class Agent(Work):
         self.unacked: dict[str, dict[str, Any]] = {}  # frame id -> frame, until acknowledged
         self.latest: dict[str, str] = {}  # allocation -> id of its latest unacknowledged frame
         self.heartbeat_interval = 10.0
+        self.seq = 0  # the last heartbeat's seq: each next one is greater, whatever the clock does
         self.ws: Any = None
         self.stopping = asyncio.Event()
         self.state_file = workdir / "agent-state.json"
@@ -165,9 +166,16 @@ class Agent(Work):
     async def _heartbeats(self, ws: Any) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_interval)
-            # Milliseconds since the epoch: increasing across restarts of the agent too.
-            await self._send_now(encode(Heartbeat(id=new_id(), seq=int(time.time() * 1000),
-                                                  running=sorted(self.running), gpus=self._gpu_health())))
+            await self._send_now(encode(Heartbeat(id=new_id(), seq=self.next_seq(), running=sorted(self.running),
+                                                  gpus=self._gpu_health())))
+
+    def next_seq(self) -> int:
+        """Milliseconds since the epoch, or one more than the last when the clock was stepped back
+        (an NTP correction): a seq at or below the last accepted one would be refused until the
+        clock caught up, and the node would fall silent. After a restart the hello resets the
+        node's sequence, so a clock behind the previous run's does not matter either."""
+        self.seq = max(self.seq + 1, int(time.time() * 1000))
+        return self.seq
 
     def _gpu_health(self) -> list[dict[str, Any]] | None:
         """What NVML says of the GPUs now (nodes/devices.py), Xids since the last heartbeat; None

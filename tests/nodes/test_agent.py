@@ -70,3 +70,21 @@ def test_reports_kept_while_disconnected_go_before_the_hello(tmp_path):
     frames = asyncio.run(scenario())
     assert [(f["type"], f.get("allocation")) for f in frames] == [("exited", "7"), ("hello", None)]
     assert frames[1]["running"] == []
+
+
+def test_heartbeat_seq_keeps_increasing_when_the_clock_is_stepped_back(tmp_path, monkeypatch):
+    """An NTP step back while the agent runs: a seq from the clock would be at or below the last
+    accepted one, refused as stale until the clock caught up, and the node would fall silent."""
+    import nodes.agent
+
+    clock = [1_700_000_000.0]
+    monkeypatch.setattr(nodes.agent.time, "time", lambda: clock[0])
+    agent = Agent("ws://unused/", "token", tmp_path, simulate=True)
+    first = agent.next_seq()
+    clock[0] -= 3600  # stepped back an hour
+    after_step = [agent.next_seq(), agent.next_seq()]
+    clock[0] += 7200  # and past where it was
+    later = agent.next_seq()
+    assert first == 1_700_000_000_000
+    assert after_step == [first + 1, first + 2]
+    assert later == 1_700_003_600_000

@@ -125,6 +125,40 @@ def test_heartbeat_sequence_must_increase(agent_node):
     assert node.last_seq == 5
 
 
+def test_a_hello_starts_the_heartbeat_sequence_again(agent_node):
+    """An agent restarted on a clock stepped back since its last run: its seqs (milliseconds since
+    the epoch) are below the stored one. Its new connection's hello starts the sequence again, so
+    its heartbeats are accepted, and still must increase within the connection."""
+    node, token = agent_node
+    hello = {"type": "hello", "agent_version": "1.0", "capacity": {}, "labels": {}, "running": []}
+
+    async def say_hello(comm, frame_id):  # welcome, then the ack
+        reply = await _send(comm, {**hello, "id": frame_id})
+        while reply != {"type": "ack", "id": frame_id}:
+            reply = json.loads(await comm.receive_from(timeout=5))
+
+    async def scenario():
+        before = _comm(token)
+        await before.connect()
+        await say_hello(before, "h1")
+        earlier = await _send(before, {"type": "heartbeat", "id": "b1", "seq": 1_700_000_000_000, "running": []})
+        await before.disconnect()
+        after = _comm(token)
+        await after.connect()
+        await say_hello(after, "h2")
+        behind = await _send(after, {"type": "heartbeat", "id": "b2", "seq": 1_699_999_000_000, "running": []})
+        repeat = await _send(after, {"type": "heartbeat", "id": "b3", "seq": 1_699_999_000_000, "running": []})
+        await after.disconnect()
+        return earlier, behind, repeat
+
+    earlier, behind, repeat = run(scenario)
+    assert earlier == {"type": "ack", "id": "b1"}
+    assert behind == {"type": "ack", "id": "b2"}
+    assert repeat["code"] == "STALE_SEQUENCE"
+    node.refresh_from_db()
+    assert node.last_seq == 1_699_999_000_000
+
+
 def test_frames_are_handled_without_a_hop_to_the_shared_sync_thread(agent_node, monkeypatch):
     """Channels closes stale connections before every message by a hop to its one sync thread;
     the agent consumer's database work closes them in its own thread instead."""
