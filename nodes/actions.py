@@ -187,29 +187,30 @@ def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) 
     """Apply a state-changing report once. Returns False for a duplicate (same id)."""
     assert isinstance(frame, Started | Exited | CheckpointProgress | CheckpointDone | Defer)
     moment = now or timezone.now()
-    try:
-        with transaction.atomic():
-            ProcessedFrame.objects.create(node=node, frame_id=frame.id)
-            alloc = _placed_here(node, frame.allocation)
-            if isinstance(frame, Started):
-                if alloc.state in HOLDING:  # a late start of a run since suspended or requeued: nothing to say
-                    _started_row(alloc, node, frame.pid)
-            elif isinstance(frame, Exited):
-                late = alloc.state == State.FAILED and allocation_late_exit(
-                    allocation=alloc, node_name=node.name, exit_code=frame.exit_code, reason=frame.reason,
-                    now=moment)
-                if not late:
-                    allocation_exited(allocation=alloc, exit_code=frame.exit_code, reason=frame.reason,
-                                          now=moment)
-            elif isinstance(frame, CheckpointProgress):
-                allocation_checkpoint_progress(allocation=alloc, now=moment)
-            elif isinstance(frame, CheckpointDone):
-                allocation_checkpoint_done(allocation=alloc, ok=frame.ok, location=frame.location,
-                                               size_bytes=frame.size_bytes, error=frame.error, now=moment)
-            else:
-                allocation_defer(allocation=alloc, seconds=frame.seconds, now=moment)
-    except IntegrityError:
-        return False  # this frame id was applied before: acknowledge, change nothing
+    with transaction.atomic():
+        try:
+            with transaction.atomic():  # a savepoint: only the frame id's own conflict is a repeat
+                ProcessedFrame.objects.create(node=node, frame_id=frame.id)
+        except IntegrityError:
+            return False  # this frame id was applied before: acknowledge, change nothing
+        alloc = _placed_here(node, frame.allocation)
+        if isinstance(frame, Started):
+            if alloc.state in HOLDING:  # a late start of a run since suspended or requeued: nothing to say
+                _started_row(alloc, node, frame.pid)
+        elif isinstance(frame, Exited):
+            late = alloc.state == State.FAILED and allocation_late_exit(
+                allocation=alloc, node_name=node.name, exit_code=frame.exit_code, reason=frame.reason,
+                now=moment)
+            if not late:
+                allocation_exited(allocation=alloc, exit_code=frame.exit_code, reason=frame.reason,
+                                      now=moment)
+        elif isinstance(frame, CheckpointProgress):
+            allocation_checkpoint_progress(allocation=alloc, now=moment)
+        elif isinstance(frame, CheckpointDone):
+            allocation_checkpoint_done(allocation=alloc, ok=frame.ok, location=frame.location,
+                                           size_bytes=frame.size_bytes, error=frame.error, now=moment)
+        else:
+            allocation_defer(allocation=alloc, seconds=frame.seconds, now=moment)
     return True
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import connections
+from django.db import IntegrityError, connections
 
+import nodes.actions
 from nodes.actions import allocation_report
-from nodes.models import Node
+from nodes.models import Node, ProcessedFrame
 from nodes.protocol import Started
 from scheduling.models import Allocation
 from scheduling.passes.run import schedule_pass
@@ -74,3 +75,25 @@ def test_agents_reporting_at_once_still_write_one_row(resource_group, vcluster_h
     rows = _started_rows(client_for("alice"), pk)
     assert len(rows) == 1 and sorted(rows[0].removeprefix("started on ").split(", ")) == [
         "gpu-a (pid 11)", "gpu-b (pid 12)"]
+
+
+@pytest.mark.django_db
+def test_only_a_repeated_frame_id_is_taken_for_a_repeat(resource_group, vcluster_hpc, two_nodes, tenant_physics,
+                                                         sent, monkeypatch):
+    """Another integrity error while a report is applied is not acknowledged as a repeat (the
+    report would be lost): it rolls the report back, frame id included, and the resent frame is
+    applied."""
+    pk = _two_node_job(resource_group)
+    a = Node.objects.get(name="gpu-a")
+
+    def broken(*args, **kwargs):
+        raise IntegrityError("a constraint of the history")
+
+    frame = Started(id="s-a", allocation=str(pk), pid=11)
+    with monkeypatch.context() as m:
+        m.setattr(nodes.actions, "_started_row", broken)
+        with pytest.raises(IntegrityError):
+            allocation_report(node=a, frame=frame)
+    assert not ProcessedFrame.objects.filter(node=a, frame_id="s-a").exists()
+    assert allocation_report(node=a, frame=frame)
+    assert _started_rows(client_for("alice"), pk) == ["started on gpu-a (pid 11)"]
