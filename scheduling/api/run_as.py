@@ -4,29 +4,13 @@ root), and optionally each member's own, which wins for the work that member sub
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from rest_framework import serializers
 
 from scheduling.api.operators import AuditedViewSet, Checked
 from scheduling.models import Membership, Tenant
 
 
-class RefuseReadOnly:
-    """A field shown but not changed here (which tenant, which user) is a 400 naming it when sent,
-    rather than silently ignored while the rest of the body applies."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, Mapping):
-            fields = self.fields  # type: ignore[attr-defined]
-            fixed = sorted(str(n) for n in data if n in fields and fields[n].read_only)
-            if fixed:
-                raise serializers.ValidationError({n: ["read-only: not changed here"] for n in fixed})
-        return super().to_internal_value(data)  # type: ignore[misc]
-
-
-class TenantRunAsOutput(RefuseReadOnly, Checked):
+class TenantRunAsOutput(Checked):  # a read-only field sent is a 400 (RefuseUnknown)
     tenant = serializers.CharField(source="name", read_only=True)
 
     class Meta:
@@ -45,7 +29,7 @@ class TenantRunAsViewSet(AuditedViewSet):
     http_method_names = ["get", "patch", "head", "options"]
 
 
-class MemberRunAsOutput(RefuseReadOnly, Checked):
+class MemberRunAsOutput(Checked):
     tenant = serializers.CharField(source="tenant.name", read_only=True)
     user = serializers.CharField(source="user.username", read_only=True)
 

@@ -36,17 +36,21 @@ from scheduling.selectors import array_counts
 
 class RefuseUnknown:
     """Mix into a serializer (before the DRF base) that takes input: a field it does not have is a
-    400 naming that field, not silently dropped (``{"preemtion_class": 9}`` was accepted as class 0).
+    400 naming that field, not silently dropped (``{"preemtion_class": 9}`` was accepted as class 0),
+    and so is a field it only shows (``{"tenant": "other"}`` on a quota was answered 200, unchanged).
     ``also_known`` names fields read elsewhere from the same body (an audited edit's ``reason``)."""
 
     also_known: tuple[str, ...] = ()
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
-            known = set(self.fields) | set(self.also_known)  # type: ignore[attr-defined]
-            unknown = sorted(str(name) for name in data if name not in known)
-            if unknown:
-                raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+            fields = self.fields  # type: ignore[attr-defined]
+            known = set(fields) | set(self.also_known)
+            errors = {str(name): ["unknown field"] for name in data if name not in known}
+            errors.update({str(name): ["read-only: not changed here"] for name in data
+                           if name in fields and fields[name].read_only})
+            if errors:
+                raise serializers.ValidationError(dict(sorted(errors.items())))
         return super().to_internal_value(data)  # type: ignore[misc]
 
 

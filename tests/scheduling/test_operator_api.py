@@ -134,6 +134,18 @@ def test_quotas_are_edited_by_tenant_name_within_their_ranges(ops, tenant_physic
     assert (change.before["max_gpus"], change.after["max_gpus"], change.reason) == (64, 128, "new grant")
 
 
+def test_a_field_the_api_only_shows_is_refused_not_ignored(ops, tenant_physics, tenant_chemistry):
+    """A quota's ``tenant`` (and ``id``) are shown, never set: sending them was answered 200 with
+    nothing changed, as if the move had been made."""
+    moved = _call(ops, "patch", "/api/v1/quotas/physics/", {"tenant": "chemistry", "id": 999, "max_gpus": 1,
+                                                            "reason": "move"})
+    assert moved.status_code == 400
+    assert moved.json() == {"id": ["read-only: not changed here"],
+                            "tenant": ["read-only: not changed here"]}
+    assert Quota.objects.get(tenant=tenant_physics).max_gpus == 64
+    assert not PolicyChange.objects.exists()
+
+
 def test_overrides_protect_force_preempt_and_pause_each_with_a_reason(ops, resource_group, vcluster_hpc, node_gpu_a,
                                                                      make_allocation):
     job = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
