@@ -181,3 +181,16 @@ class SessionType(models.Model):
             )
             if not ok:
                 raise ValidationError({"preempts": f"bad entry {entry!r}"})
+        self._preempts_known([entry if isinstance(entry, str) else entry["queue"] for entry in entries])
+
+    def _preempts_known(self, queues: list[str]) -> None:
+        """Each queue named is a session type of this group: the pass reads the names as they are,
+        and a misspelt one would silently preempt nothing (the engine's parser refuses it too)."""
+        if not queues or self.resource_group_id is None:
+            return
+        known = set(SessionType.objects.filter(resource_group_id=self.resource_group_id)
+                    .values_list("name", flat=True)) | {self.name}
+        unknown = sorted(set(queues) - known)
+        if unknown:
+            raise ValidationError({"preempts": f"unknown session type {unknown[0]!r} in this resource group "
+                                               f"(known: {', '.join(sorted(known))})"})

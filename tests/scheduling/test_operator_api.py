@@ -124,6 +124,24 @@ def test_vclusters_and_session_types_are_created_and_edited_with_checks_and_audi
         ("create", "scheduling.vcluster", "new team"), ("edit", "scheduling.sessiontype", "scratch work")]
 
 
+def test_a_session_type_may_preempt_only_queues_of_its_group(ops, resource_group, batch):
+    """The pass reads ``preempts`` as it is stored: a misspelt queue silently preempted nothing."""
+    made = _call(ops, "post", "/api/v1/session-types/", {"resource_group": "rg-main", "name": "urgent",
+                                                         "priority": 10, "preemptive": True,
+                                                         "preempts": ["batchh"], "reason": "deadline"})
+    assert made.status_code == 400
+    assert "unknown session type 'batchh'" in made.json()["preempts"][0]
+    assert not SessionType.objects.filter(name="urgent").exists()
+    made = _call(ops, "post", "/api/v1/session-types/", {"resource_group": "rg-main", "name": "urgent",
+                                                         "priority": 10, "preemptive": True,
+                                                         "preempts": [{"queue": batch.name, "pref": 1}],
+                                                         "reason": "deadline"})
+    assert made.status_code == 201, made.content
+    edit = _call(ops, "patch", f"/api/v1/session-types/{made.json()['id']}/", {"preempts": ["nope"], "reason": "x"})
+    assert edit.status_code == 400 and "preempts" in edit.json()
+    assert SessionType.objects.get(name="urgent").preempts == [{"queue": batch.name, "pref": 1}]
+
+
 def test_quotas_are_edited_by_tenant_name_within_their_ranges(ops, tenant_physics):
     bad = _call(ops, "patch", "/api/v1/quotas/physics/", {"fair_share": 2, "reason": "more"})
     assert bad.status_code == 400 and "fair_share" in bad.json()
