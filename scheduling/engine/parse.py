@@ -40,6 +40,10 @@ _POLICY_FIELDS = {f for f in Policy.__dataclass_fields__}
 
 
 MAX_DEFERRAL_MINUTES = 1440  # a day: deferred seconds are kept as a 32-bit count
+# Any other duration of a policy: a century, so that now plus it is still a date (a larger one
+# stopped every pass of the group with an overflow).
+MAX_DURATION_MINUTES = 100 * 365 * 24 * 60
+MAX_DURATION_S = MAX_DURATION_MINUTES * 60
 
 
 def default_max_victims(kind: str) -> int | None:
@@ -71,11 +75,12 @@ def read_policy(errors: _Errors, path: str, obj: Any) -> Policy:
         paused=r.boolean("paused", d.paused),
         mode=r.string("mode", d.mode, nullable=False, choices=MODES),
         max_victims=max_victims,
-        near_completion_minutes=r.number("near_completion_minutes", d.near_completion_minutes),
-        min_runtime_minutes=r.number("min_runtime_minutes", d.min_runtime_minutes),
+        near_completion_minutes=r.number("near_completion_minutes", d.near_completion_minutes, hi=MAX_DURATION_MINUTES),
+        min_runtime_minutes=r.number("min_runtime_minutes", d.min_runtime_minutes, hi=MAX_DURATION_MINUTES),
         max_preemptions_per_job=r.integer("max_preemptions_per_job", None, lo=0, nullable=True),
         reclaim_rule=r.string("reclaim_rule", d.reclaim_rule, nullable=False, choices=RECLAIM_RULES),
-        checkpoint_timeout_minutes=r.number("checkpoint_timeout_minutes", d.checkpoint_timeout_minutes),
+        checkpoint_timeout_minutes=r.number("checkpoint_timeout_minutes", d.checkpoint_timeout_minutes,
+                                                            hi=MAX_DURATION_MINUTES),
         max_deferral_minutes=r.number("max_deferral_minutes", d.max_deferral_minutes, hi=MAX_DEFERRAL_MINUTES),
         borrowed_risk=r.number("borrowed_risk", d.borrowed_risk, hi=1.0),
         preemptible_priority=r.integer("preemptible_priority", None, lo=0, hi=100, nullable=True),
@@ -84,18 +89,19 @@ def read_policy(errors: _Errors, path: str, obj: Any) -> Policy:
                                   choices=PREEMPTION_ORDERS),
         preempt_jobtypes=jobtypes,
         preempt_for=r.string("preempt_for", None, choices=PREEMPT_FOR),
-        no_preempt_run_minutes=r.number("no_preempt_run_minutes", None, nullable=True),
-        no_preempt_finish_minutes=r.number("no_preempt_finish_minutes", None, nullable=True),
-        no_preempt_interval_minutes=r.number("no_preempt_interval_minutes", None, nullable=True),
+        no_preempt_run_minutes=r.number("no_preempt_run_minutes", None, nullable=True, hi=MAX_DURATION_MINUTES),
+        no_preempt_finish_minutes=r.number("no_preempt_finish_minutes", None, nullable=True, hi=MAX_DURATION_MINUTES),
+        no_preempt_interval_minutes=r.number("no_preempt_interval_minutes", None, nullable=True,
+                                             hi=MAX_DURATION_MINUTES),
         tolerance=r.number("tolerance", d.tolerance),
-        starvation_timeout_s=r.number("starvation_timeout_s", d.starvation_timeout_s),
+        starvation_timeout_s=r.number("starvation_timeout_s", d.starvation_timeout_s, hi=MAX_DURATION_S),
         aggressive_starvation_timeout_s=r.number("aggressive_starvation_timeout_s",
-                                                 d.aggressive_starvation_timeout_s),
+                                                 d.aggressive_starvation_timeout_s, hi=MAX_DURATION_S),
         enable_aggressive=r.boolean("enable_aggressive", d.enable_aggressive),
         preemption_threshold=r.number("preemption_threshold", d.preemption_threshold),
         aggressive_threshold=r.number("aggressive_threshold", d.aggressive_threshold),
         preemptive_scheduling_backoff_s=r.number("preemptive_scheduling_backoff_s",
-                                                 d.preemptive_scheduling_backoff_s),
+                                                 d.preemptive_scheduling_backoff_s, hi=MAX_DURATION_S),
         non_preemptible_usage_threshold=r.number("non_preemptible_usage_threshold",
                                                  d.non_preemptible_usage_threshold, hi=1.0),
     )

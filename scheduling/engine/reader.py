@@ -120,6 +120,9 @@ class _Reader:
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             self.errors.add(self._p(key), _range_message(lo, hi))
             return default
+        if abs(value) > NUMBER_LIMIT:
+            self.errors.add(self._p(key), _beyond_limit())
+            return default
         return value
 
     def number(self, key: str, default: Any, *, lo: float | None = 0.0, hi: float | None = None,
@@ -135,6 +138,9 @@ class _Reader:
             return default
         if hi is not None and value > hi:
             self.errors.add(self._p(key), f"must be <= {_fmt(hi)}")
+            return default
+        if abs(value) > NUMBER_LIMIT:
+            self.errors.add(self._p(key), _beyond_limit())
             return default
         return float(value)
 
@@ -174,6 +180,16 @@ class _Reader:
         return out
 
 
+# Every number a document holds, in magnitude: PostgreSQL's jsonb keeps 1e308 as the integer it
+# equals, which no 64-bit integer holds, so a stored policy could no longer be sent as JSON. Far
+# beyond any real amount, minutes or seconds, and exact as a float.
+NUMBER_LIMIT = 10**15
+
+
+def _beyond_limit() -> str:
+    return f"must be between -{NUMBER_LIMIT} and {NUMBER_LIMIT}"
+
+
 def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
@@ -197,6 +213,8 @@ def read_resources(errors: _Errors, path: str, value: Any) -> dict[str, float]:
             errors.add(f"{path}.{name}", "must be a number")
         elif amount < 0:
             errors.add(f"{path}.{name}", "must be >= 0")
+        elif amount > NUMBER_LIMIT:
+            errors.add(f"{path}.{name}", _beyond_limit())
         else:
             out[name] = float(amount)
     return out

@@ -84,6 +84,29 @@ def test_a_policy_change_needs_a_valid_policy_and_a_reason_and_is_audited(ops, r
         "edit", "nightly runs", {"kind": "class_cost"}, {"kind": "priority", "max_victims": 2})
 
 
+def test_a_policy_holds_only_numbers_it_can_store_send_and_date(ops, resource_group, vcluster_hpc, node_gpu_a,
+                                                                   make_allocation):
+    """1e308 was accepted, stored by jsonb as a 309-digit integer, and the group's page was a 500
+    from then on; a checkpoint timeout of 1e15 minutes stopped every pass with an overflow."""
+    url = "/api/v1/resource-groups/rg-main/policy/"
+    for policy in ({"kind": "class_cost", "near_completion_minutes": 1e308},
+                   {"kind": "class_cost", "checkpoint_timeout_minutes": 1e15}):
+        refused = _call(ops, "put", url, {"policy": policy, "reason": "long"})
+        assert refused.status_code == 400 and list(refused.json()["policy"]) == [next(iter(set(policy) - {"kind"}))]
+    century = 100 * 365 * 24 * 60
+    saved = _call(ops, "put", url, {"policy": {"kind": "class_cost", "checkpoint_timeout_minutes": century},
+                                    "reason": "long"})
+    assert saved.status_code == 200, saved.content
+    victim = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
+                             vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=9, vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    victim.refresh_from_db()
+    assert victim.state == "checkpointing" and victim.deadline_at.year >= timezone.now().year + 99
+    assert ops.get("/api/v1/resource-groups/rg-main/").json()["policy"]["checkpoint_timeout_minutes"] == century
+
+
 def test_a_preview_shows_what_a_policy_would_make_preemptible_and_stores_nothing(
         ops, resource_group, vcluster_hpc, node_gpu_a, make_allocation):
     running = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",

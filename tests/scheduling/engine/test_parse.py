@@ -110,3 +110,32 @@ def test_invalid_policy_per_kind_names_the_field(policy, field):
     with pytest.raises(InvalidDocument) as info:
         parse_policy(policy)
     assert field in {p for p, _ in info.value.errors}
+
+
+@pytest.mark.parametrize(("policy", "field"), [
+    # jsonb keeps 1e308 (and 1e19) as the integers they equal: no 64-bit integer holds them
+    ({"kind": "fair_share", "tolerance": 1e308}, "tolerance"),
+    ({"kind": "class_cost", "max_victims": 10**19}, "max_victims"),
+    ({"kind": "queue", "max_preemptions_per_job": 2**63}, "max_preemptions_per_job"),
+    # durations a date cannot be moved by: now plus one stopped every pass of the group
+    ({"kind": "class_cost", "checkpoint_timeout_minutes": 1e15}, "checkpoint_timeout_minutes"),
+    ({"kind": "priority", "min_runtime_minutes": 60 * 24 * 365 * 101}, "min_runtime_minutes"),
+    ({"kind": "queue", "no_preempt_interval_minutes": 1e12}, "no_preempt_interval_minutes"),
+    ({"kind": "fair_share", "preemptive_scheduling_backoff_s": 1e12}, "preemptive_scheduling_backoff_s"),
+])
+def test_numbers_past_what_is_stored_or_dated_are_refused(policy, field):
+    with pytest.raises(InvalidDocument) as info:
+        parse_policy(policy)
+    assert field in {p for p, _ in info.value.errors}
+
+
+def test_a_century_is_the_longest_duration():
+    century = 100 * 365 * 24 * 60
+    policy = parse_policy({"kind": "fair_share", "near_completion_minutes": century,
+                           "aggressive_starvation_timeout_s": century * 60})
+    assert (policy.near_completion_minutes, policy.aggressive_starvation_timeout_s) == (century, century * 60)
+
+
+def test_resource_amounts_past_the_limit_are_refused():
+    assert ("pending.per_node.gpu", "must be between -1000000000000000 and 1000000000000000") in _errors(
+        lambda d: d["pending"].update(per_node={"gpu": 1e308}))
