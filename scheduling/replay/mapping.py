@@ -142,6 +142,9 @@ def _rule(name: str, raw: Any) -> Rule:
         raise ReplayError(f"mapping: {name}.{unknown[0]} is not a rule field ({', '.join(sorted(_RULE))})")
     if not isinstance(raw.get("map") or {}, dict):
         raise ReplayError(f"mapping: {name}.map must be an object of texts to values")
+    for key in ("from", "prefix"):  # a column's name, a text put before each value
+        if key in raw and not isinstance(raw[key], str):
+            raise ReplayError(f"mapping: {name}.{key} must be a string, not {raw[key]!r}")
     rule = Rule(name, source=raw.get("from"), value=raw.get("value"), prefix=str(raw.get("prefix", "")),
                 table={str(k): v for k, v in (raw.get("map") or {}).items()}, default=raw.get("default"))
     if rule.source is None and "value" not in raw:

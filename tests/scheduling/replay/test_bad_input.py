@@ -86,6 +86,8 @@ def test_an_swf_start_time_that_is_not_a_number_exits_2(tmp_path, value):
     ('{"checkpoint_minutes": NaN}', "checkpoint_minutes must be a non-negative number"),
     ('{"min_gpus": NaN}', "min_gpus must be a non-negative number"),
     ('{"class": {"from": "queue", "bands": [[NaN, 1]]}}', "class.bands must be"),
+    ('{"tenant": {"from": "group", "prefix": null}}', "tenant.prefix must be a string, not None"),
+    ('{"user": {"from": 3}}', "user.from must be a string, not 3"),
 ])
 def test_a_bad_mapping_exits_2_naming_the_field(tmp_path, mapping, message):
     trace, path = tmp_path / "t.swf", tmp_path / "m.json"
