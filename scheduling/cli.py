@@ -383,6 +383,11 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         return _fail(2, str(exc))
     except Refused as exc:
         return _fail(1, str(exc))
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:
+        # JSON of another shape than Lattice's API answers (another service, another version)
+        return _fail(1, f"the server's answer is not what this client reads ({type(exc).__name__}: {exc}); "
+                        f"is {getattr(args, 'url', None) or 'the configured URL'} a Lattice server of version "
+                        f"{version()}?")
     return 0
 
 

@@ -127,18 +127,17 @@ def test_a_config_login_cannot_write_is_exit_2(tmp_path, capsys, monkeypatch):
     assert "cannot write the config file" in capsys.readouterr().err
 
 
-@pytest.fixture
-def not_lattice():
-    """A web server that answers every path with an HTML page (another site, a login portal)."""
+def _serving(body: bytes, content_type: str):
+    """A web server that answers every path with ``body``."""
     import http.server
     import threading
 
     class Page(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802  (the standard library's name)
             self.send_response(200)
-            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Type", content_type)
             self.end_headers()
-            self.wfile.write(b"<html>welcome</html>")
+            self.wfile.write(body)
 
         def log_message(self, *args):
             pass
@@ -150,7 +149,28 @@ def not_lattice():
     server.server_close()
 
 
+@pytest.fixture
+def not_lattice():
+    """Another site, a login portal: an HTML page for every path."""
+    yield from _serving(b"<html>welcome</html>", "text/html")
+
+
+@pytest.fixture
+def other_json():
+    """Another JSON service: an object of another shape for every path."""
+    yield from _serving(b'{"status": "ok", "items": 3}', "application/json")
+
+
 def test_a_server_that_does_not_answer_json_is_exit_1_saying_so(not_lattice, capsys, monkeypatch):
     monkeypatch.setenv("LATTICE_TOKEN", "lat_" + "x" * 40)
     assert main(["--url", not_lattice, "show", "1"], out=io.StringIO()) == 1
     assert "not JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["show", "1"], ["list"], ["explain", "1"]])
+def test_json_of_another_shape_is_exit_1_saying_so_not_a_traceback(other_json, capsys, monkeypatch, argv):
+    monkeypatch.setenv("LATTICE_TOKEN", "lat_" + "x" * 40)
+    assert main(["--url", other_json, *argv], out=io.StringIO()) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lattice: the server's answer is not what this client reads")
+    assert other_json in err
