@@ -165,7 +165,7 @@ def dependencies(text: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for part in text.split(","):
         kind, *ids = part.strip().split(":")
-        if kind not in DEPENDENCY_TYPES or not ids or not all(i.isdigit() for i in ids):
+        if kind not in DEPENDENCY_TYPES or not ids or not all(i.isascii() and i.isdigit() for i in ids):
             raise Usage(f"--dependency {part!r}: TYPE:ID[:ID...] with TYPE one of {', '.join(DEPENDENCY_TYPES)}")
         out += [{"type": kind, "job": int(i)} for i in ids]
     return out

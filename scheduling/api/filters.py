@@ -10,7 +10,15 @@ import django_filters as filters
 from django import forms
 from django.db.models import QuerySet
 
-from scheduling.models import Allocation, PolicyChange, PreemptionDecision, ResourceGroup
+from scheduling.models import (
+    Allocation,
+    Membership,
+    PolicyChange,
+    PolicyEvaluation,
+    PreemptionDecision,
+    ResourceGroup,
+    Tenant,
+)
 from scheduling.states import State
 
 AUDIT_ACTIONS = ("create", "edit", "delete", "protect", "force_preempt", "pause", "resume", "drain", "undrain",
@@ -53,6 +61,23 @@ class DecisionFilter(filters.FilterSet):
 
     class Meta:
         model = PreemptionDecision
+        fields: list[str] = []
+
+
+class EvaluationFilter(filters.FilterSet):
+    resource_group = _group()
+
+    class Meta:
+        model = PolicyEvaluation
+        fields: list[str] = []
+
+
+class MembershipFilter(filters.FilterSet):
+    tenant = filters.ModelChoiceFilter(field_name="tenant", to_field_name="name", queryset=Tenant.objects.all(),
+                                       help_text="a tenant's name")
+
+    class Meta:
+        model = Membership
         fields: list[str] = []
 
 

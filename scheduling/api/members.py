@@ -4,10 +4,9 @@ audited. Who belongs to a tenant is the admin's; here only the policy is edited.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rest_framework import serializers
 
+from scheduling.api.filters import MembershipFilter
 from scheduling.api.operators import AuditedViewSet, Checked
 from scheduling.models import Membership
 
@@ -34,8 +33,5 @@ class MembershipViewSet(AuditedViewSet):
 
     serializer_class = MembershipOutput
     http_method_names = ["get", "patch", "head", "options"]
-
-    def get_queryset(self) -> Any:
-        qs = Membership.objects.select_related("tenant", "user").order_by("id")
-        tenant = self.request.query_params.get("tenant")
-        return qs.filter(tenant__name=tenant) if tenant else qs
+    filterset_class = MembershipFilter  # an unknown tenant is a 400 naming the filter
+    queryset = Membership.objects.select_related("tenant", "user").order_by("id")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from scheduling.api.filters import MembershipFilter
 from scheduling.api.operators import AuditedViewSet, Checked
 from scheduling.models import Membership, Tenant
 
@@ -43,8 +44,5 @@ class MemberRunAsViewSet(AuditedViewSet):
 
     serializer_class = MemberRunAsOutput
     http_method_names = ["get", "patch", "head", "options"]
-
-    def get_queryset(self):  # type: ignore[no-untyped-def]
-        qs = Membership.objects.select_related("tenant", "user").order_by("pk")
-        tenant = self.request.query_params.get("tenant")
-        return qs.filter(tenant__name=tenant) if tenant else qs
+    filterset_class = MembershipFilter  # an unknown tenant is a 400 naming the filter
+    queryset = Membership.objects.select_related("tenant", "user").order_by("pk")

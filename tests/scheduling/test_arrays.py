@@ -85,9 +85,10 @@ def test_an_array_is_admitted_all_or_nothing_and_a_bad_spec_names_the_field(clus
     assert too_many.status_code == 409
     assert {k: too_many.json()[k] for k in ("quota", "current", "requested", "limit")} == {
         "quota": "max_concurrent_allocations", "current": 0, "requested": 11, "limit": 10}
-    for spec in ("", "5-1", "a-b", "0-3%0", "0-2000", "1,,2"):
+    for spec in ("", "5-1", "a-b", "0-3%0", "0-2000", "1,,2", "²", "0-²", "１２"):  # digits are ASCII's
         response = job(alice, array=spec, per_node={"gpu": 1})
         assert response.status_code == 400 and "array" in response.json(), (spec, response.json())
+        assert "is not an index" in str(response.json()["array"]) or spec in ("", "5-1", "0-3%0", "0-2000")
     assert not Allocation.objects.exists()
 
 

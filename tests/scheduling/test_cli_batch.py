@@ -53,8 +53,9 @@ def test_a_bad_url_or_config_is_exit_2(own_config, capsys):
 def test_dependency_flags_in_slurm_syntax():
     assert dependencies("afterok:12:13,afternotok:14") == [
         {"type": "afterok", "job": 12}, {"type": "afterok", "job": 13}, {"type": "afternotok", "job": 14}]
-    assert main(["--url", "http://x", "submit", "--gpus", "1", "--dependency", "after:1", "--", "a"],
-                out=io.StringIO()) == 2
+    for bad in ("after:1", "afterok:²", "afterok:１２"):  # "²" passes str.isdigit and int refuses it
+        assert main(["--url", "http://x", "submit", "--gpus", "1", "--dependency", bad, "--", "a"],
+                    out=io.StringIO()) == 2
 
 
 @pytest.mark.django_db(transaction=True)

@@ -42,7 +42,9 @@ def test_an_operator_evaluates_a_policy_and_reads_the_report(ops, resource_group
     listed = ops.get(URL, {"resource_group": resource_group.name}).json()["results"]
     assert [row["id"] for row in listed] == [body["id"]]
     assert "report" not in listed[0]
+    ResourceGroup.objects.create(name="another", policy={"kind": "class_cost"})
     assert ops.get(URL, {"resource_group": "another"}).json()["results"] == []
+    assert list(ops.get(URL, {"resource_group": "none-such"}).json()) == ["resource_group"]  # a 400
 
 
 def test_bad_input_is_a_400_naming_the_field_and_starts_nothing(ops, resource_group):

@@ -150,6 +150,9 @@ def test_an_unknown_field_in_a_submission_is_refused_by_name(alice, path):
     ("alice", "/api/v1/allocations/?resource_group=nope", "resource_group"),
     ("alice", "/api/v1/preemptions/?resource_group=nope", "resource_group"),
     ("ops", "/api/v1/audit/?action=bogus", "action"),
+    ("ops", "/api/v1/evaluations/?resource_group=nope", "resource_group"),
+    ("ops", "/api/v1/memberships/?tenant=nope", "tenant"),
+    ("ops", "/api/v1/run-as/members/?tenant=nope", "tenant"),
 ])
 def test_a_bad_filter_value_is_a_400_naming_the_filter(request, who, url, name):
     response = request.getfixturevalue(who).get(url)
