@@ -23,11 +23,16 @@ def job_use(alloc: Allocation, events: Iterable[AllocationEvent], now: datetime)
     spans = accounting.holding_spans([(e.to_state, e.created_at) for e in events], until=now)
     gpus = alloc.node_count * alloc.per_node_gpu
     held = sum((accounting.micros(end - start) for start, end in spans), 0)
-    elapsed = None
+    elapsed = elapsed_s = None
     if alloc.started_at is not None:
         end = alloc.ended_at if alloc.state in FINAL and alloc.ended_at else (
             now if alloc.state in HOLDING else alloc.state_changed_at or now)
-        elapsed = words(max(timedelta(0), end - alloc.started_at))
+        elapsed_s = int(max(timedelta(0), end - alloc.started_at).total_seconds())
+        elapsed = words(timedelta(seconds=elapsed_s))
     nodes = sorted({p.node.name for p in alloc.placements.select_related("node") if p.kind == "assigned"})
-    return {"gpu_hours": held * gpus / accounting.MICRO / 3600, "elapsed": elapsed,
+    # While it holds its nodes both figures grow by the second: the page counts on from them
+    # (static/js/tick.js) between the live feed's refreshes, which come only with events.
+    ticking = alloc.state in HOLDING and elapsed_s is not None
+    return {"gpu_hours": held * gpus / accounting.MICRO / 3600, "elapsed": elapsed, "elapsed_s": elapsed_s,
+            "ticking": ticking, "gpus": gpus,
             "nodes": nodes or list(alloc.ran_on or []), "nodes_now": bool(nodes)}

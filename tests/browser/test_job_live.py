@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
 from scheduling.actions.tokens import api_token_issue
+from scheduling.models import AllocationEvent
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -36,3 +39,38 @@ def test_the_job_page_shows_a_cancellation_as_it_happens(login, live_server_url,
     expect(page.locator("#job-state")).to_have_text("cancelled", timeout=5_000)
     expect(page.locator("#job-story table tr", has_text="cancelled")).to_have_count(1)
     assert page.evaluate("window.loadedOnce") is True
+
+
+def test_a_running_jobs_elapsed_time_and_gpu_hours_count_on_between_events(login, live_server_url, resource_group,
+                                                                          vcluster_hpc, node_gpu_a, make_allocation):
+    """No event comes while a job simply runs: the page counts on by itself from the server's
+    figures (30 minutes, 8 GPUs: 4 GPU-hours), and a finished job's figures stand still."""
+    started = timezone.now() - timedelta(minutes=30)
+    running = make_allocation(state="running", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc,
+                              started_at=started)
+    running.placements.create(node=node_gpu_a, gpu=8)
+    AllocationEvent.objects.filter(pk=AllocationEvent.objects.create(allocation=running, to_state="running").pk
+                                   ).update(created_at=started)
+    page = login("alice", "pw-alice-123")
+    page.goto(f"{live_server_url}/jobs/{running.pk}/")
+    first = page.locator("#job-elapsed").inner_text()
+    hours = float(page.locator("#job-gpu-hours").inner_text())
+    assert re.fullmatch(r"30m \d\ds", first) and 4.0 <= hours < 4.01
+    page.wait_for_timeout(2_500)
+    later = page.locator("#job-elapsed").inner_text()
+    assert _seconds(later) - _seconds(first) >= 2
+    # 8 GPUs for 2.5 s more: 0.0056 GPU-hours, shown to three places
+    assert float(page.locator("#job-gpu-hours").inner_text()) >= hours + 0.004
+
+    done = make_allocation(state="completed", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc,
+                           started_at=started, ended_at=started + timedelta(minutes=10))
+    page.goto(f"{live_server_url}/jobs/{done.pk}/")
+    expect(page.locator("#job-elapsed")).to_have_text("10m 00s")
+    page.wait_for_timeout(1_500)
+    expect(page.locator("#job-elapsed")).to_have_text("10m 00s")
+
+
+def _seconds(text: str) -> int:
+    m = re.fullmatch(r"(?:(\d+)h )?(\d+)m (\d\d)s", text)
+    assert m, text
+    return int(m.group(1) or 0) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
