@@ -32,7 +32,7 @@
       var out = Object.keys(b.preemptions).map(function (reason) {
         return [reason + " per hour", b.preemptions[reason].map(function (n) { return n * perHour; })];
       });
-      return out.length ? out : [["per hour (none)", flat(b.t, 0)]];
+      return out.length ? out : [["preemptions per hour: none in this range", flat(b.t, 0)]];
     },
     share: function (b, el) {
       return [["GPUs in use", b.gpu_used], ["fair share", flat(b.t, parseFloat(el.dataset.fairShare)), true]];

@@ -87,6 +87,17 @@ def test_ops_charts_hold_the_stored_minutes_and_their_quarter_hour_averages(logi
                 (used, minutes, so_far)
 
 
+def test_a_range_without_preemptions_says_so_in_the_legend(login, live_server_url, operator, resource_group):
+    _store(resource_group, minutes=[m for m in range(5, 50) if m % 10])  # none of the preempting minutes
+    page = login("op", "pw-op-123")
+    page.goto(f"{live_server_url}/ops/")
+    page.click("#charts button[data-range='1h']")
+    pre = _data(page, "chart-preemptions-rg-main", 60)
+    assert set(pre[1]) == {0}
+    expect(page.locator("#chart-preemptions-rg-main .u-legend")).to_contain_text(
+        "preemptions per hour: none in this range")
+
+
 def test_the_one_hour_range_takes_a_new_sample_when_the_feed_moves(login, live_server_url, operator,
                                                                   resource_group, node_gpu_a):
     stored = _store(resource_group, minutes=range(10, 20))
