@@ -22,6 +22,7 @@ from scheduling.permissions import operator_required
 from scheduling.replay.html import comparison
 from scheduling.replay.html import render as render_report
 from scheduling.selectors import audit_changes
+from scheduling.web.paging import id_param
 
 DEFAULT_DAYS = 7
 RECENT = 10  # evaluations listed on the policy page
@@ -49,8 +50,8 @@ def editor_context(group: ResourceGroup, *, days: Any = DEFAULT_DAYS, days_error
 
 def evaluation_of(request: HttpRequest, group: ResourceGroup) -> PolicyEvaluation | None:
     """The evaluation named by the editor's ``evaluation`` parameter, if it is one of this group's."""
-    raw = request.POST.get("evaluation") or request.GET.get("evaluation") or ""
-    return PolicyEvaluation.objects.filter(pk=int(raw), resource_group=group).first() if raw.isdigit() else None
+    pk = id_param(request.POST.get("evaluation") or request.GET.get("evaluation") or "")
+    return PolicyEvaluation.objects.filter(pk=pk, resource_group=group).first() if pk is not None else None
 
 
 @operator_required

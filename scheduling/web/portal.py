@@ -46,7 +46,7 @@ from scheduling.web.charts import RANGES as CHART_RANGES
 from scheduling.web.charts import tenant_charts
 from scheduling.web.confirm import confirmation
 from scheduling.web.job_use import job_use
-from scheduling.web.paging import older_page
+from scheduling.web.paging import id_param, older_page
 
 
 def _risks(allocs: list[Allocation]) -> list[dict[str, Any] | None]:
@@ -77,8 +77,9 @@ def jobs(request: HttpRequest) -> HttpResponse:
     else:
         state = ""
     array = request.GET.get("array", "")
-    if array.isdigit():  # one array's tasks
-        qs = qs.filter(array_id=int(array))
+    array_id = id_param(array)
+    if array_id is not None:  # one array's tasks
+        qs = qs.filter(array_id=array_id)
     else:
         array = ""
         qs = one_line_per_array(qs)
