@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -163,6 +163,20 @@ class OverrideForm(forms.Form):
     hours = forms.FloatField(required=False, min_value=0.01, max_value=24 * 90,
                              help_text="protect for this long from now (instead of until)")
     reason = forms.CharField(max_length=2000)
+
+    def clean_until(self) -> datetime | None:
+        """A time still to come that the database can store (in UTC: near year 1 or 9999 an
+        offset can carry it out of range); protecting until a time past changes nothing."""
+        until = self.cleaned_data.get("until")
+        if until is None:
+            return None
+        try:
+            until.astimezone(UTC)
+        except OverflowError:
+            raise forms.ValidationError("out of range") from None
+        if until <= timezone.now():
+            raise forms.ValidationError("must be in the future")
+        return until
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from scheduling.models import PolicyChange
+
 pytestmark = pytest.mark.django_db
 
 NOT_IDS = ["²", "١٢", "9" * 30, "-1"]
@@ -26,3 +28,16 @@ def test_console_pages_ignore_an_id_parameter_that_is_not_one(client, operator, 
     client.force_login(operator)
     assert client.get("/ops/audit/", {"before": value}).status_code == 200
     assert client.get(f"/ops/groups/{resource_group.name}/policy/", {"evaluation": value}).status_code == 200
+
+
+@pytest.mark.parametrize("until", ["0001-01-01 00:00:00+14:00", "9999-12-31 23:59:59-12:00", "2000-01-01 00:00"])
+def test_protect_until_a_time_that_cannot_be_stored_or_has_passed_is_refused(client, operator, make_allocation,
+                                                                             until):
+    job = make_allocation(state="pending")
+    client.force_login(operator)
+    response = client.post(f"/ops/allocations/{job.pk}/override/",
+                           {"action": "protect", "until": until, "reason": "deadline"})
+    assert response.status_code == 400
+    assert "until" in response.content.decode()
+    job.refresh_from_db()
+    assert job.protected_until is None and not PolicyChange.objects.exists()
