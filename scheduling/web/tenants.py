@@ -50,7 +50,23 @@ class MemberPolicyForm(forms.ModelForm):
         fields = MEMBER_FIELDS
 
 
-MemberFormSet = forms.modelformset_factory(Membership, form=MemberPolicyForm, extra=0)
+class MemberFormSetBase(forms.BaseModelFormSet):
+    """The tenant's members as they are: a form for anyone else (another tenant's member, a new
+    row) is refused, never previewed or saved."""
+
+    def __init__(self, *args: Any, tenant: Tenant, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tenant = tenant
+
+    def clean(self) -> None:
+        super().clean()
+        members = {m.pk for m in self.get_queryset()}
+        if any(f.instance.pk not in members for f in self.forms):
+            raise forms.ValidationError(f"Only the members of {self.tenant.name} can be edited here; "
+                                        "reload the page.")
+
+
+MemberFormSet = forms.modelformset_factory(Membership, form=MemberPolicyForm, formset=MemberFormSetBase, extra=0)
 
 
 @operator_required
@@ -67,7 +83,7 @@ def tenant_editor(request: HttpRequest, name: str) -> HttpResponse:
     stored = get_object_or_404(Quota, tenant=tenant)
     members = Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
     form = QuotaPolicyForm(request.POST or None, instance=copy.copy(stored))
-    formset = MemberFormSet(request.POST or None, queryset=members, prefix="m")
+    formset = MemberFormSet(request.POST or None, queryset=members, prefix="m", tenant=tenant)
     preview = None
     if request.method == "POST" and form.is_valid() & formset.is_valid():
         reason = form.cleaned_data["reason"].strip()

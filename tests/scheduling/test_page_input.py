@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.models import PolicyChange
+from scheduling.models import Membership, PolicyChange
 
 pytestmark = pytest.mark.django_db
 
@@ -41,3 +41,32 @@ def test_protect_until_a_time_that_cannot_be_stored_or_has_passed_is_refused(cli
     assert "until" in response.content.decode()
     job.refresh_from_db()
     assert job.protected_until is None and not PolicyChange.objects.exists()
+
+
+def _tenant_form(**changes):
+    alice = Membership.objects.get(user__username="alice")
+    data = {"default_priority": "10", "priority_changeable": "on", "min_priority": "0", "max_priority": "100",
+            "fair_share": "0.5", "gpu_hours_budget": "", "reason": "r",
+            "m-TOTAL_FORMS": "1", "m-INITIAL_FORMS": "1", "m-MIN_NUM_FORMS": "0", "m-MAX_NUM_FORMS": "1000",
+            "m-0-id": str(alice.pk), "m-0-default_priority": "", "m-0-priority_changeable": "on",
+            "m-0-min_priority": "", "m-0-max_priority": ""}
+    data.update(changes)
+    return data
+
+
+@pytest.mark.parametrize("action", ["preview", "save"])
+@pytest.mark.parametrize("forged", ["other_member", "extra_form", "no_initial_forms", "not_an_id"])
+def test_tenant_editor_refuses_a_member_form_that_is_not_one_of_its_members(client, operator, tenant_physics,
+                                                                            tenant_chemistry, action, forged):
+    bob = Membership.objects.get(user__username="bob")
+    changes = {"other_member": {"m-0-id": str(bob.pk), "m-0-default_priority": "7"},
+               "extra_form": {"m-TOTAL_FORMS": "2", "m-1-default_priority": "7"},
+               "no_initial_forms": {"m-INITIAL_FORMS": "0", "m-0-default_priority": "7"},
+               "not_an_id": {"m-0-id": "abc", "m-0-default_priority": "7"}}[forged]
+    client.force_login(operator)
+    response = client.post("/ops/tenants/physics/", _tenant_form(action=action, **changes))
+    assert response.status_code == 200
+    assert response.context["formset"].non_form_errors()
+    assert "members of physics" in response.content.decode()
+    assert Membership.objects.count() == 2 and not PolicyChange.objects.exists()
+    assert set(Membership.objects.values_list("default_priority", flat=True)) == {None}
