@@ -124,6 +124,11 @@ class VClusterForm(ReasonedForm):
         fields = ["type", "allow_lending", "allow_borrowing", "max_borrow_pct", "allow_aggressive_preemption",
                   "weights"]
 
+    def clean_weights(self) -> Any:
+        """A cleared box (or ``null``) is no weights of its own: the type's defaults, as ``{}``."""
+        weights = self.cleaned_data.get("weights")
+        return {} if weights is None else weights
+
 
 class SessionTypeForm(ReasonedForm):
     class Meta:

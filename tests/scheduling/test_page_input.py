@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.models import Membership, PolicyChange
+from scheduling.models import Membership, PolicyChange, VCluster
 
 pytestmark = pytest.mark.django_db
 
@@ -70,3 +70,17 @@ def test_tenant_editor_refuses_a_member_form_that_is_not_one_of_its_members(clie
     assert "members of physics" in response.content.decode()
     assert Membership.objects.count() == 2 and not PolicyChange.objects.exists()
     assert set(Membership.objects.values_list("default_priority", flat=True)) == {None}
+
+
+@pytest.mark.parametrize("weights", ["", "null"])
+def test_clearing_a_vcluster_s_weights_saves_none_rather_than_failing(client, operator, resource_group,
+                                                                      vcluster_hpc, weights):
+    VCluster.objects.filter(pk=vcluster_hpc.pk).update(weights={"w1": 0.5})
+    client.force_login(operator)
+    url = f"/ops/groups/{resource_group.name}/vclusters/{vcluster_hpc.pk}/"
+    form = {"type": "hpc_batch", "max_borrow_pct": "1.0", "weights": weights, "reason": "defaults again"}
+    assert client.post(url, {**form, "action": "preview"}).status_code == 200
+    assert client.post(url, {**form, "action": "save"}).status_code == 302
+    vcluster_hpc.refresh_from_db()
+    assert vcluster_hpc.weights == {}
+    assert PolicyChange.objects.get().reason == "defaults again"
