@@ -47,6 +47,7 @@ from scheduling.web.console import LEGEND, tiles_by_group
 from scheduling.web.decision_view import decision_title, readable_candidates
 from scheduling.web.evaluations import editor_context, evaluation_of
 from scheduling.web.paging import older_page
+from scheduling.web.reasons import posted_reason
 
 QUEUE_SHOWN = 100  # requests on the group page, by position, then those set aside
 
@@ -218,9 +219,9 @@ def override(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def pause(request: HttpRequest, name: str) -> HttpResponse:
     group = get_object_or_404(ResourceGroup, name=name)
-    reason = request.POST.get("reason", "").strip()
-    if not reason:
-        return HttpResponse("a reason is required", status=400)
+    reason, wrong = posted_reason(request)
+    if wrong or not reason:
+        return HttpResponse(wrong or "a reason is required", status=400)
     pausing = request.POST.get("paused") == "1"
     asked = confirmation(request, f"{'Pause' if pausing else 'Resume'} preemption in {group.name}?",
                          f"/ops/groups/{group.name}/")

@@ -47,6 +47,7 @@ from scheduling.web.charts import tenant_charts
 from scheduling.web.confirm import confirmation
 from scheduling.web.job_use import job_use
 from scheduling.web.paging import id_param, older_page
+from scheduling.web.reasons import posted_reason
 
 
 def _risks(allocs: list[Allocation]) -> list[dict[str, Any] | None]:
@@ -175,7 +176,9 @@ def verb(request: HttpRequest, pk: int, name: str) -> HttpResponse:
     alloc = allocations_visible(request.user).filter(pk=pk).first()
     if alloc is None or (not operator and alloc.tenant_id not in tenant_ids(request.user)):
         raise Http404("no such allocation")
-    reason = request.POST.get("reason", "").strip()
+    reason, wrong = posted_reason(request)
+    if wrong:
+        return HttpResponse(wrong, status=400)
     if operator and not reason:
         return HttpResponse("a reason is required (kept in the audit log)", status=400)
     try:

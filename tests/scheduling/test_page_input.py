@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.models import Membership, PolicyChange, VCluster
+from scheduling.models import Allocation, Membership, PolicyChange, VCluster
 
 pytestmark = pytest.mark.django_db
 
@@ -84,3 +84,19 @@ def test_clearing_a_vcluster_s_weights_saves_none_rather_than_failing(client, op
     vcluster_hpc.refresh_from_db()
     assert vcluster_hpc.weights == {}
     assert PolicyChange.objects.get().reason == "defaults again"
+
+
+@pytest.mark.parametrize("reason", ["a\x00b", "x" * 2001])
+def test_a_reason_with_a_nul_or_too_long_is_refused_by_pause_and_hold(client, operator, resource_group,
+                                                                      make_allocation, reason):
+    job = make_allocation(state="pending")
+    client.force_login(operator)
+    paused = client.post(f"/ops/groups/{resource_group.name}/pause/",
+                         {"reason": reason, "paused": "1", "confirmed": "1"})
+    assert paused.status_code == 400
+    client.force_login(job.user)
+    held = client.post(f"/jobs/{job.pk}/hold/", {"reason": reason})
+    assert held.status_code == 400
+    resource_group.refresh_from_db()
+    assert not resource_group.paused and not Allocation.objects.get(pk=job.pk).held
+    assert not PolicyChange.objects.exists()
