@@ -10,6 +10,7 @@ edited here (an override asks it to leave, as a preemption would).
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -268,7 +269,18 @@ class ResourceGroupViewSet(viewsets.ReadOnlyModelViewSet):
 
 class ProtectInput(ReasonInput):
     allocation = serializers.PrimaryKeyRelatedField(queryset=Allocation.objects.all())
-    until = serializers.DateTimeField()
+    until = serializers.DateTimeField(help_text="A time to come.")
+
+    def validate_until(self, until: datetime) -> datetime:
+        """A time still to come that the database can store (near year 1 or 9999 an offset can
+        carry it out of range in UTC); protecting until a time past changes nothing."""
+        try:
+            until.astimezone(UTC)
+        except OverflowError:
+            raise serializers.ValidationError("out of range") from None
+        if until <= timezone.now():
+            raise serializers.ValidationError("must be in the future")
+        return until
 
 
 class ForcePreemptInput(ReasonInput):

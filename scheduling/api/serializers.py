@@ -21,6 +21,7 @@ from scheduling.api.admission_checks import (
     start_frame_errors,
 )
 from scheduling.api.input_fields import GroupByName, fresh_fields
+from scheduling.engine import MAX_DURATION_MINUTES
 from scheduling.errors import DomainError
 from scheduling.models import Allocation, AllocationEvent, ResourceGroup, SessionType, VCluster
 from scheduling.models.allocations import (
@@ -123,7 +124,8 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
     checkpoint = serializers.ChoiceField(choices=Checkpoint.choices, default=Checkpoint.NONE,
                                          help_text="none by default (also in the CLI and the web form)")
     checkpoint_minutes = serializers.FloatField(min_value=0, max_value=1440, default=5)
-    walltime_minutes = serializers.FloatField(min_value=0.01, required=False, allow_null=True, default=None)
+    walltime_minutes = serializers.FloatField(min_value=0.01, max_value=MAX_DURATION_MINUTES, required=False,
+                                              allow_null=True, default=None, help_text="At most a century.")
     sensitive = serializers.BooleanField(default=False)
     preemptible = serializers.BooleanField(default=True)
     exclusive = serializers.BooleanField(default=False)

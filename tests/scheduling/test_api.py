@@ -41,6 +41,7 @@ def test_submit_stores_pending_and_the_next_pass_places_it(api_for, tenant_physi
     ({"nodes": 0}, "nodes"),
     ({"checkpoint": "sometimes"}, "checkpoint"),
     ({"resource_group": "elsewhere"}, "resource_group"),
+    ({"walltime_minutes": 1e308}, "walltime_minutes"),  # at most a century: a start estimate dates it
 ])
 def test_invalid_submission_is_400_with_field_errors_and_stores_nothing(api_for, tenant_physics, two_nodes,
                                                                          over, field):

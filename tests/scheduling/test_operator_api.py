@@ -225,6 +225,20 @@ def test_a_vcluster_cannot_move_to_another_resource_group(ops, resource_group, v
     assert same.status_code == 200 and same.json()["allow_lending"] is False
 
 
+@pytest.mark.parametrize("until", ["2001-01-01T00:00:00Z", "0001-01-01T00:00:00+14:00",
+                                   "9999-12-31T23:59:59-12:00"])
+def test_protection_until_a_time_past_or_unstorable_is_refused(ops, vcluster_hpc, make_allocation, until):
+    """A past time protects nothing (it was audited as a protection); near year 1 or 9999 an
+    offset carries the time out of what the database stores in UTC (a 500)."""
+    job = make_allocation(state="running", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc,
+                          started_at=timezone.now())
+    refused = _call(ops, "post", "/api/v1/overrides/protect/", {"allocation": job.pk, "until": until,
+                                                                 "reason": "demo"})
+    assert refused.status_code == 400 and list(refused.json()) == ["until"]
+    assert Allocation.objects.get(pk=job.pk).protected_until is None
+    assert not PolicyChange.objects.exists()
+
+
 def test_ended_work_cannot_be_protected(ops, vcluster_hpc, make_allocation):
     job = make_allocation(state="completed", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc)
     until = timezone.now() + timedelta(hours=2)

@@ -100,3 +100,13 @@ def test_a_reason_with_a_nul_or_too_long_is_refused_by_pause_and_hold(client, op
     resource_group.refresh_from_db()
     assert not resource_group.paused and not Allocation.objects.get(pk=job.pk).held
     assert not PolicyChange.objects.exists()
+
+
+def test_the_submit_form_refuses_a_walltime_past_a_century(client, tenant_physics, resource_group, two_nodes):
+    client.force_login(tenant_physics.memberships.first().user)
+    form = {"resource_group": resource_group.name, "vcluster": "hpc", "nodes": 1, "gpus_per_node": 8,
+            "preemption_class": 3, "priority": 10, "checkpoint": "auto", "command": "sleep 5",
+            "walltime_minutes": "1e308", "action": "submit"}
+    page = client.post("/jobs/new/", form)
+    assert page.status_code == 200 and "less than or equal to 52560000" in page.content.decode()
+    assert not Allocation.objects.exists()
