@@ -13,7 +13,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from lattice_site import server_tuning  # noqa: E402
 from lattice_site.http import BufferedWsgiHttp  # noqa: E402
-from lattice_site.routing import agent_urlpatterns, browser_urlpatterns  # noqa: E402
+from lattice_site.routing import agent_urlpatterns, browser_urlpatterns, fallback_urlpatterns  # noqa: E402
 
 http_app: object = BufferedWsgiHttp()  # one thread hop per request (see lattice_site/http.py)
 if settings.DEBUG:
@@ -30,6 +30,6 @@ server_tuning.for_daphne()  # before Daphne builds its WebSocket factory, after 
 application = ProtocolTypeRouter(
     {
         "http": http_app,
-        "websocket": URLRouter([*agent_urlpatterns, *browser_urlpatterns]),
+        "websocket": URLRouter([*agent_urlpatterns, *browser_urlpatterns, *fallback_urlpatterns]),
     }
 )

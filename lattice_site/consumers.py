@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from channels.consumer import get_handler_name
+from channels.generic.websocket import AsyncWebsocketConsumer
 
 
 class DirectDispatch:
@@ -22,3 +23,11 @@ class DirectDispatch:
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
         await handler(message)
+
+
+class NoRoute(AsyncWebsocketConsumer):
+    """A WebSocket to a path no route serves: refused at the handshake (403), as a page that does
+    not exist is a 404, not a server error with a traceback in the log for every such probe."""
+
+    async def connect(self) -> None:
+        await self.close()
