@@ -41,6 +41,7 @@ def in_pool(fn: Any) -> Any:
 
 class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
     node: Node | None = None
+    since: list[Any]  # when it was authenticated, and its channel (ties): the newest connection stays
     health_key: tuple[Any, ...] | None = None  # the GPU health last judged or stored, and when (_health_due)
     health_at = 0.0
 
@@ -60,9 +61,14 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         self.health_key = health.health_key(node.gpu_health if isinstance(node.gpu_health, list) else [],
                                             node.gpu_max_temperature_c)
         self.health_at = time.monotonic()
-        # A second connection for the same node replaces the first.
-        await self.channel_layer.group_send(self.group, {"type": "agent.replaced", "by": self.channel_name})
+        # A second connection for the same node replaces the first: the newest (by when it was
+        # authenticated) stays. Joined before it announces itself, so of two connections made at
+        # once the later announcement always reaches the other one (announcing first, two could
+        # each announce to a group the other had not joined yet, and both stay).
+        self.since = [time.time_ns(), self.channel_name]
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.channel_layer.group_send(self.group, {"type": "agent.replaced", "by": self.channel_name,
+                                                         "since": self.since})
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
@@ -144,8 +150,15 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         await self._send(message["frame"])
 
     async def agent_replaced(self, message: dict[str, Any]) -> None:
-        if message["by"] != self.channel_name:
+        """Another connection of the node announced itself: this one leaves if that one is newer;
+        if it is older, it is told to leave (it may have announced itself before this one joined)."""
+        if message["by"] == self.channel_name:
+            return
+        if list(message.get("since") or [0, ""]) > self.since:
             await self.close(code=CLOSE_REPLACED)
+        else:
+            await self.channel_layer.send(message["by"], {"type": "agent.replaced", "by": self.channel_name,
+                                                          "since": self.since})
 
     async def agent_revoked(self, message: dict[str, Any]) -> None:
         """The node's tokens were revoked: this connection's token is no longer good. (A connection

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
@@ -344,6 +346,38 @@ def test_second_connection_replaces_the_first_with_4409(agent_node):
     out, ok = run(scenario)
     assert out == {"type": "websocket.close", "code": 4409}
     assert ok["type"] == "ack"
+
+
+def test_of_two_connections_made_at_once_only_one_stays(agent_node, monkeypatch):
+    """Two connections of one node authenticated together (two agents started with its token):
+    whatever the channel layer's latency, one of them is closed with 4409 and one stays."""
+    node, token = agent_node
+    layer_type = type(get_channel_layer())
+    group_add = layer_type.group_add
+
+    async def slow_group_add(self, group, channel):  # a joining that takes a while (Redis)
+        await asyncio.sleep(0.2)
+        await group_add(self, group, channel)
+
+    monkeypatch.setattr(layer_type, "group_add", slow_group_add)
+
+    async def scenario():
+        comms = [_comm(token), _comm(token)]
+        await asyncio.gather(*(c.connect() for c in comms))
+        outcomes = []
+        for i, comm in enumerate(comms):
+            if await comm.receive_nothing(timeout=1):  # still open: it answers
+                outcomes.append(await _send(comm, {"type": "heartbeat", "id": f"hb{i}", "seq": 1 + i,
+                                                   "running": []}))
+            else:
+                outcomes.append(await comm.receive_output(timeout=1))
+        for comm in comms:
+            await comm.disconnect()
+        return outcomes
+
+    outcomes = run(scenario)
+    assert sorted(o["type"] for o in outcomes) == ["ack", "websocket.close"]
+    assert {"type": "websocket.close", "code": 4409} in outcomes
 
 
 def test_flooding_agent_is_disconnected_with_4429(agent_node):
