@@ -273,6 +273,11 @@ def _check_devices(devices: list[Any], frame_id: str) -> None:
             raise BadFrame("devices are {index, uuid, model, memory_mib, healthy?, mig?}", frame_id)
     if len({d["index"] for d in devices}) != len(devices):
         raise BadFrame("device indices must be distinct", frame_id)
+    # A start shows its work the bound devices by uuid: two devices of one uuid would let two
+    # allocations bound to different indices share one GPU.
+    uuids = [d["uuid"] for d in devices] + [m["uuid"] for d in devices for m in d.get("mig", [])]
+    if len(set(uuids)) != len(uuids):
+        raise BadFrame("device and MIG uuids must be distinct", frame_id)
 
 
 def _check_health(gpus: list[Any], frame_id: str) -> None:

@@ -76,6 +76,12 @@ def test_hello_carries_devices_optionally():
     [{"index": 0, "uuid": "x" * 129, "model": "m", "memory_mib": 1}],
     [{"index": 0, "uuid": "GPU-a", "model": "m", "memory_mib": 1, "mig": [{"profile": "1g"}]}],
     [{"index": 0, "uuid": "GPU-a", "model": "m", "memory_mib": 1}] * 2,  # the same index twice
+    # one uuid twice: two allocations bound to indices 0 and 1 would share one GPU
+    [{"index": 0, "uuid": "GPU-a", "model": "m", "memory_mib": 1},
+     {"index": 1, "uuid": "GPU-a", "model": "m", "memory_mib": 1}],
+    [{"index": 0, "uuid": "GPU-a", "model": "m", "memory_mib": 1, "mig": [{"uuid": "MIG-x"}, {"uuid": "MIG-x"}]}],
+    [{"index": 0, "uuid": "GPU-a", "model": "m", "memory_mib": 1, "mig": [{"uuid": "GPU-b"}]},
+     {"index": 1, "uuid": "GPU-b", "model": "m", "memory_mib": 1}],
     ["GPU-a"],
 ])
 def test_malformed_devices_are_a_bad_frame(bad):
