@@ -41,6 +41,7 @@ def in_pool(fn: Any) -> Any:
 
 class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
     node: Node | None = None
+    closing = False  # closed by the server: frames still queued from the agent are not applied
     since: list[Any]  # when it was authenticated, and its channel (ties): the newest connection stays
     health_key: tuple[Any, ...] | None = None  # the GPU health last judged or stored, and when (_health_due)
     health_at = 0.0
@@ -76,10 +77,10 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if self.node is None:
+        if self.node is None or self.closing:
             return
         if self._too_fast():
-            await self.close(code=CLOSE_RATE)
+            await self._close(CLOSE_RATE)
             return
         try:
             frame = parse(text_data if text_data is not None else (bytes_data or b""))
@@ -155,7 +156,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         if message["by"] == self.channel_name:
             return
         if list(message.get("since") or [0, ""]) > self.since:
-            await self.close(code=CLOSE_REPLACED)
+            await self._close(CLOSE_REPLACED)
         else:
             await self.channel_layer.send(message["by"], {"type": "agent.replaced", "by": self.channel_name,
                                                           "since": self.since})
@@ -163,7 +164,13 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
     async def agent_revoked(self, message: dict[str, Any]) -> None:
         """The node's tokens were revoked: this connection's token is no longer good. (A connection
         made with a token issued in the same transaction joins the group after this is sent.)"""
-        await self.close(code=CLOSE_AUTH)
+        await self._close(CLOSE_AUTH)
+
+    async def _close(self, code: int) -> None:
+        """Close, and apply nothing more: the frames the agent sent before the close reached it are
+        still queued, and a revoked or replaced connection's frames must change nothing."""
+        self.closing = True
+        await self.close(code=code)
 
 
 def _bearer(scope: dict[str, Any]) -> str | None:

@@ -485,6 +485,32 @@ def test_a_revoked_token_s_connection_is_closed_with_4401_and_the_new_token_conn
     assert connected and ok["type"] == "ack"
 
 
+def test_frames_still_queued_when_the_token_is_revoked_change_nothing(agent_node):
+    """The frames an agent sent before its token's revocation reached its connection are still
+    queued when it is closed: none of them is applied."""
+    from nodes.actions import agent_token_revoke
+
+    node, token = agent_node
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        assert (await _send(comm, {"type": "heartbeat", "id": "a", "seq": 1, "running": []}))["type"] == "ack"
+        await database_sync(lambda: agent_token_revoke(node=node))
+        for i in range(3):
+            await comm.send_to(text_data=json.dumps({"type": "hello", "id": f"h{i}", "agent_version": "after",
+                                                     "capacity": {}, "labels": {}, "running": []}))
+        await comm.send_to(text_data=json.dumps({"type": "heartbeat", "id": "b", "seq": 2, "running": []}))
+        closed = await comm.receive_output(timeout=5)
+        await comm.receive_nothing(timeout=0.5)  # what the queued frames would have done
+        await comm.disconnect()
+        return closed
+
+    assert run(scenario) == {"type": "websocket.close", "code": 4401}
+    node.refresh_from_db()
+    assert node.agent_version == "" and node.last_seq == 1
+
+
 def test_a_late_exit_corrects_work_its_agent_s_hello_declared_lost(agent_node, make_allocation, vcluster_hpc):
     """An agent whose hello comes before its buffered reports: hello fails the work it no longer
     runs and requeues a copy; the exit that follows says it completed. The record is corrected
