@@ -278,6 +278,8 @@ def _check_devices(devices: list[Any], frame_id: str) -> None:
     uuids = [d["uuid"] for d in devices] + [m["uuid"] for d in devices for m in d.get("mig", [])]
     if len(set(uuids)) != len(uuids):
         raise BadFrame("device and MIG uuids must be distinct", frame_id)
+    if not all(u.strip() for u in uuids):  # a start names its work's devices by uuid
+        raise BadFrame("device and MIG uuids must not be empty", frame_id)
 
 
 def _check_health(gpus: list[Any], frame_id: str) -> None:

@@ -83,6 +83,8 @@ def test_hello_carries_devices_optionally():
     [{"index": 0, "uuid": "GPU-a", "model": "m", "memory_mib": 1, "mig": [{"uuid": "GPU-b"}]},
      {"index": 1, "uuid": "GPU-b", "model": "m", "memory_mib": 1}],
     ["GPU-a"],
+    [{"index": 0, "uuid": "", "model": "m", "memory_mib": 1}],  # a start names devices by uuid
+    [{"index": 0, "uuid": "GPU-a", "model": "m", "memory_mib": 1, "mig": [{"uuid": " "}]}],
 ])
 def test_malformed_devices_are_a_bad_frame(bad):
     with pytest.raises(BadFrame):
