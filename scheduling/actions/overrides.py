@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
@@ -17,6 +17,17 @@ from scheduling.errors import Conflict
 from scheduling.models import Allocation, ResourceGroup
 from scheduling.passes.snapshot import policy_of
 from scheduling.states import FINAL, State
+
+
+def protect_until_problem(until: datetime) -> str | None:
+    """Why ``until`` cannot end a protection, or None: it must be a time still to come that the
+    database can store (near year 1 or 9999 an offset can carry it out of range in UTC);
+    protecting until a time past changes nothing. The API's and the console's field check."""
+    try:
+        until.astimezone(UTC)
+    except OverflowError:
+        return "out of range"
+    return "must be in the future" if until <= timezone.now() else None
 
 
 def allocation_protect(*, allocation: Allocation, until: datetime, actor: Any, reason: str) -> Allocation:

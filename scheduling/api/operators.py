@@ -10,7 +10,7 @@ edited here (an override asks it to leave, as a preemption would).
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -26,6 +26,7 @@ from scheduling.actions.overrides import (
     allocation_force_preempt,
     allocation_protect,
     group_pause,
+    protect_until_problem,
 )
 from scheduling.actions.policies import config_save, snapshot
 from scheduling.api.filters import AuditFilter
@@ -272,14 +273,9 @@ class ProtectInput(ReasonInput):
     until = serializers.DateTimeField(help_text="A time to come.")
 
     def validate_until(self, until: datetime) -> datetime:
-        """A time still to come that the database can store (near year 1 or 9999 an offset can
-        carry it out of range in UTC); protecting until a time past changes nothing."""
-        try:
-            until.astimezone(UTC)
-        except OverflowError:
-            raise serializers.ValidationError("out of range") from None
-        if until <= timezone.now():
-            raise serializers.ValidationError("must be in the future")
+        problem = protect_until_problem(until)
+        if problem:
+            raise serializers.ValidationError(problem)
         return until
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,6 +19,7 @@ from scheduling.actions.overrides import (
     allocation_force_preempt,
     allocation_protect,
     group_pause,
+    protect_until_problem,
 )
 from scheduling.actions.policies import config_save, snapshot
 from scheduling.decisions import config_preview, policy_preview
@@ -171,17 +172,10 @@ class OverrideForm(forms.Form):
     reason = forms.CharField(max_length=2000)
 
     def clean_until(self) -> datetime | None:
-        """A time still to come that the database can store (in UTC: near year 1 or 9999 an
-        offset can carry it out of range); protecting until a time past changes nothing."""
         until = self.cleaned_data.get("until")
-        if until is None:
-            return None
-        try:
-            until.astimezone(UTC)
-        except OverflowError:
-            raise forms.ValidationError("out of range") from None
-        if until <= timezone.now():
-            raise forms.ValidationError("must be in the future")
+        problem = protect_until_problem(until) if until is not None else None
+        if problem:
+            raise forms.ValidationError(problem)
         return until
 
     def clean(self) -> dict[str, Any]:

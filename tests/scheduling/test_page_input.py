@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from scheduling.models import Allocation, Membership, PolicyChange, VCluster
+from tests.scheduling.test_tenant_editor import _form as tenant_form
 
 pytestmark = pytest.mark.django_db
 
@@ -43,17 +44,6 @@ def test_protect_until_a_time_that_cannot_be_stored_or_has_passed_is_refused(cli
     assert job.protected_until is None and not PolicyChange.objects.exists()
 
 
-def _tenant_form(**changes):
-    alice = Membership.objects.get(user__username="alice")
-    data = {"default_priority": "10", "priority_changeable": "on", "min_priority": "0", "max_priority": "100",
-            "fair_share": "0.5", "gpu_hours_budget": "", "reason": "r",
-            "m-TOTAL_FORMS": "1", "m-INITIAL_FORMS": "1", "m-MIN_NUM_FORMS": "0", "m-MAX_NUM_FORMS": "1000",
-            "m-0-id": str(alice.pk), "m-0-default_priority": "", "m-0-priority_changeable": "on",
-            "m-0-min_priority": "", "m-0-max_priority": ""}
-    data.update(changes)
-    return data
-
-
 @pytest.mark.parametrize("action", ["preview", "save"])
 @pytest.mark.parametrize("forged", ["other_member", "extra_form", "no_initial_forms", "not_an_id"])
 def test_tenant_editor_refuses_a_member_form_that_is_not_one_of_its_members(client, operator, tenant_physics,
@@ -64,7 +54,7 @@ def test_tenant_editor_refuses_a_member_form_that_is_not_one_of_its_members(clie
                "no_initial_forms": {"m-INITIAL_FORMS": "0", "m-0-default_priority": "7"},
                "not_an_id": {"m-0-id": "abc", "m-0-default_priority": "7"}}[forged]
     client.force_login(operator)
-    response = client.post("/ops/tenants/physics/", _tenant_form(action=action, **changes))
+    response = client.post("/ops/tenants/physics/", tenant_form(reason="r", action=action, **changes))
     assert response.status_code == 200
     assert response.context["formset"].non_form_errors()
     assert "members of physics" in response.content.decode()
