@@ -166,3 +166,22 @@ def test_the_embedded_mode_s_broker_logs_no_warning():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "kombu" not in done.stderr and "No hostname" not in done.stderr
+
+
+def test_the_tests_pass_locks_are_their_own_not_the_checkouts(settings):
+    """A `make run` of the same checkout keeps its SQLite group locks under var/: a test run
+    holding the same files blocked its passes (and the other way round)."""
+    from scheduling.models import ResourceGroup
+    from scheduling.passes.locks import group_lock
+
+    assert settings.VAR_DIR != ROOT / "var" and not str(settings.VAR_DIR).startswith(str(ROOT / "var"))
+    assert str(settings.VAR_DIR) == os.environ["LATTICE_TEST_VAR_DIR"]  # the session's processes share it
+    if os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        return  # PostgreSQL's passes take advisory locks, no files
+    import fcntl
+
+    (ROOT / "var" / "locks").mkdir(parents=True, exist_ok=True)
+    with open(ROOT / "var" / "locks" / "rg-1.lock", "w") as held:  # as a running `make run` holds it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with group_lock(ResourceGroup(pk=1, name="g")) as got:
+            assert got
