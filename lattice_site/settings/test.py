@@ -1,6 +1,8 @@
 """Tests: development settings, a fast hasher, and a private var dir."""
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -22,4 +24,7 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 # other's group locks. One per test session; the processes it starts inherit it. An explicit
 # LATTICE_VAR_DIR (a test starting a server of its own) still wins.
 if not os.environ.get("LATTICE_VAR_DIR"):
-    VAR_DIR = Path(os.environ.setdefault("LATTICE_TEST_VAR_DIR", tempfile.mkdtemp(prefix="lattice-test-var-")))
+    if not os.environ.get("LATTICE_TEST_VAR_DIR"):  # this session's first process: it made it, it removes it
+        os.environ["LATTICE_TEST_VAR_DIR"] = tempfile.mkdtemp(prefix="lattice-test-var-")
+        atexit.register(shutil.rmtree, os.environ["LATTICE_TEST_VAR_DIR"], ignore_errors=True)
+    VAR_DIR = Path(os.environ["LATTICE_TEST_VAR_DIR"])
