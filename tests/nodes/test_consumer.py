@@ -41,6 +41,14 @@ async def _send(comm, frame):
     return json.loads(await comm.receive_from(timeout=5))
 
 
+async def _hello(comm, frame_id: str = "h1") -> None:
+    """An empty hello (nothing running), its replies read up to and including its ack."""
+    reply = await _send(comm, {"type": "hello", "id": frame_id, "agent_version": "1.0", "capacity": {},
+                               "labels": {}, "running": []})
+    while reply != {"type": "ack", "id": frame_id}:
+        reply = json.loads(await comm.receive_from(timeout=5))
+
+
 def _running_here(make_allocation, vcluster_hpc, node, **kw) -> Allocation:
     fields = {"state": "running", "node_count": 1, "per_node_gpu": 8, "preemption_class": 1,
               "checkpoint": "auto", "vcluster": vcluster_hpc, "started_at": timezone.now(), "ran_on": [node.name],
@@ -132,22 +140,16 @@ def test_a_hello_starts_the_heartbeat_sequence_again(agent_node):
     the epoch) are below the stored one. Its new connection's hello starts the sequence again, so
     its heartbeats are accepted, and still must increase within the connection."""
     node, token = agent_node
-    hello = {"type": "hello", "agent_version": "1.0", "capacity": {}, "labels": {}, "running": []}
-
-    async def say_hello(comm, frame_id):  # welcome, then the ack
-        reply = await _send(comm, {**hello, "id": frame_id})
-        while reply != {"type": "ack", "id": frame_id}:
-            reply = json.loads(await comm.receive_from(timeout=5))
 
     async def scenario():
         before = _comm(token)
         await before.connect()
-        await say_hello(before, "h1")
+        await _hello(before, "h1")
         earlier = await _send(before, {"type": "heartbeat", "id": "b1", "seq": 1_700_000_000_000, "running": []})
         await before.disconnect()
         after = _comm(token)
         await after.connect()
-        await say_hello(after, "h2")
+        await _hello(after, "h2")
         behind = await _send(after, {"type": "heartbeat", "id": "b2", "seq": 1_699_999_000_000, "running": []})
         repeat = await _send(after, {"type": "heartbeat", "id": "b3", "seq": 1_699_999_000_000, "running": []})
         await after.disconnect()
@@ -445,9 +447,7 @@ def test_the_copy_queued_for_lost_work_takes_no_report_from_the_node_that_lost_i
     async def scenario():
         comm = _comm(token)
         await comm.connect()
-        await _send(comm, {"type": "hello", "id": "h1", "agent_version": "1.0", "capacity": {}, "labels": {},
-                           "running": []})
-        await comm.receive_from(timeout=5)  # the hello's ack
+        await _hello(comm)
         copy = await database_sync_to_async(Allocation.objects.get)(requeued_from=lost)
         out = [await _send(comm, {"type": "started", "id": "s1", "allocation": str(copy.pk), "pid": 7}),
                await _send(comm, {"type": "exited", "id": "x1", "allocation": str(copy.pk), "exit_code": 0,
@@ -554,9 +554,7 @@ def test_a_late_failed_exit_keeps_the_copy_only_when_the_policy_requeues_failure
     async def scenario():
         comm = _comm(token)
         await comm.connect()
-        await _send(comm, {"type": "hello", "id": "h1", "agent_version": "1.0", "capacity": {}, "labels": {},
-                           "running": []})
-        await comm.receive_from(timeout=5)  # the hello's ack
+        await _hello(comm)
         out = [await _send(comm, {"type": "exited", "id": f"x{a.pk}", "allocation": str(a.pk), "exit_code": 3,
                                   "reason": "failed"}) for a in (always, on_loss)]
         await comm.disconnect()
