@@ -51,6 +51,7 @@ from scheduling.cli_format import (
     score_lines,
     usage_output,
 )
+from scheduling.ids import decimal
 from scheduling.version import version
 
 
@@ -165,7 +166,7 @@ def dependencies(text: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for part in text.split(","):
         kind, *ids = part.strip().split(":")
-        if kind not in DEPENDENCY_TYPES or not ids or not all(i.isascii() and i.isdigit() for i in ids):
+        if kind not in DEPENDENCY_TYPES or not ids or not all(decimal(i) for i in ids):
             raise Usage(f"--dependency {part!r}: TYPE:ID[:ID...] with TYPE one of {', '.join(DEPENDENCY_TYPES)}")
         out += [{"type": kind, "job": int(i)} for i in ids]
     return out
@@ -383,11 +384,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         return _fail(2, str(exc))
     except Refused as exc:
         return _fail(1, str(exc))
-    except (KeyError, TypeError, AttributeError, IndexError) as exc:
-        # JSON of another shape than Lattice's API answers (another service, another version)
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:  # JSON of another shape than the API's
+        where = getattr(args, "url", None) or "the configured URL"
         return _fail(1, f"the server's answer is not what this client reads ({type(exc).__name__}: {exc}); "
-                        f"is {getattr(args, 'url', None) or 'the configured URL'} a Lattice server of version "
-                        f"{version()}?")
+                        f"is {where} a Lattice server of version {version()}?")
     return 0
 
 

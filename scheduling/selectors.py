@@ -8,6 +8,7 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet
 
 from scheduling.engine.score import explain_score
+from scheduling.ids import decimal
 from scheduling.models import (
     Allocation,
     AllocationEvent,
@@ -169,7 +170,7 @@ def candidate_allocation(candidate_id: Any) -> int | None:
     text = str(candidate_id) if candidate_id is not None else ""
     if text.startswith(HOLD_PREFIX):
         text = text[len(HOLD_PREFIX):]
-    return int(text) if text.isascii() and text.isdigit() else None
+    return int(text) if decimal(text) else None
 
 
 def redact_decision(record: PreemptionDecision, user: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import orjson
 from nodes.protocol import MAX_START_FRAME_BYTES, Start, encode
 from scheduling.admission_sql import node_summary
 from scheduling.engine.cluster import floor_limit
+from scheduling.ids import decimal
 from scheduling.models import Allocation, Quota, ResourceGroup, SessionType, VCluster
 from scheduling.models.allocations import RESOURCES
 
@@ -106,7 +107,7 @@ def parse_array(spec: str) -> tuple[list[int], int | None]:
     body, _, throttle_text = spec.strip().partition("%")
     throttle = None
     if throttle_text:
-        if not _decimal(throttle_text) or not 1 <= int(throttle_text) <= MAX_ARRAY_TASKS:
+        if not decimal(throttle_text) or not 1 <= int(throttle_text) <= MAX_ARRAY_TASKS:
             raise ValueError(f"the throttle after % must be an integer from 1 to {MAX_ARRAY_TASKS} "
                              f"(the most tasks an array has), not {throttle_text!r}")
         throttle = int(throttle_text)
@@ -115,7 +116,7 @@ def parse_array(spec: str) -> tuple[list[int], int | None]:
         part = part.strip()
         span, _, step_text = part.partition(":")
         low_text, dash, high_text = span.partition("-")
-        if not _decimal(low_text) or (dash and not _decimal(high_text)) or (step_text and not _decimal(step_text)):
+        if not decimal(low_text) or (dash and not decimal(high_text)) or (step_text and not decimal(step_text)):
             raise ValueError(f"{part!r} is not an index, a range A-B or a range with a step A-B:S")
         low, high = int(low_text), int(high_text) if dash else int(low_text)
         step = int(step_text) if step_text else 1
@@ -125,11 +126,6 @@ def parse_array(spec: str) -> tuple[list[int], int | None]:
             raise ValueError(f"an array has at most {MAX_ARRAY_TASKS} tasks")
         indices.update(range(low, high + 1, step))
     return sorted(indices), throttle
-
-
-def _decimal(text: str) -> bool:
-    """ASCII digits only: ``str.isdigit`` also takes "²" (which ``int`` refuses) and "１２"."""
-    return text.isascii() and text.isdigit()
 
 
 def dependency_errors(tenant: Any, depends_on: list[dict[str, Any]]) -> str | None:

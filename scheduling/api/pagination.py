@@ -9,6 +9,7 @@ from rest_framework.pagination import Cursor as DecodedCursor
 from rest_framework.pagination import CursorPagination
 
 from lattice_site.middleware import NUL
+from scheduling.ids import row_id
 
 
 class Cursor(CursorPagination):
@@ -24,14 +25,10 @@ class Cursor(CursorPagination):
             cursor = None
         else:
             position = cursor.position if cursor is not None else None
-            if position is None or (_row_id(position) if self.numeric else NUL not in position):
+            if position is None or (row_id(position) is not None if self.numeric else NUL not in position):
                 return cursor
         raise ValidationError({self.cursor_query_param: [
             "not a cursor this list gave: follow the next and previous links as they are"]})
-
-
-def _row_id(position: str) -> bool:
-    return position.isascii() and position.isdigit() and int(position) < 2**63
 
 
 class NewestFirst(Cursor):

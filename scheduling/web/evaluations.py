@@ -16,13 +16,13 @@ from django.views.decorators.http import require_GET, require_POST
 from scheduling.errors import Conflict
 from scheduling.evaluations import effective, evaluation_cancel, evaluation_start
 from scheduling.forms import PolicyForm
+from scheduling.ids import row_id
 from scheduling.models import EvaluationStatus, PolicyEvaluation, ResourceGroup
 from scheduling.models.evaluations import MAX_DAYS, MIN_DAYS
 from scheduling.permissions import operator_required
 from scheduling.replay.html import comparison
 from scheduling.replay.html import render as render_report
 from scheduling.selectors import audit_changes
-from scheduling.web.paging import id_param
 
 DEFAULT_DAYS = 7
 RECENT = 10  # evaluations listed on the policy page
@@ -50,7 +50,7 @@ def editor_context(group: ResourceGroup, *, days: Any = DEFAULT_DAYS, days_error
 
 def evaluation_of(request: HttpRequest, group: ResourceGroup) -> PolicyEvaluation | None:
     """The evaluation named by the editor's ``evaluation`` parameter, if it is one of this group's."""
-    pk = id_param(request.POST.get("evaluation") or request.GET.get("evaluation") or "")
+    pk = row_id(request.POST.get("evaluation") or request.GET.get("evaluation") or "")
     return PolicyEvaluation.objects.filter(pk=pk, resource_group=group).first() if pk is not None else None
 
 

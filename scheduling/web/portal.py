@@ -21,6 +21,7 @@ from scheduling.api.serializers import AllocationInput
 from scheduling.engine import MAX_DURATION_MINUTES
 from scheduling.errors import DomainError
 from scheduling.exits import exit_explanation
+from scheduling.ids import row_id
 from scheduling.models import (
     Allocation,
     JobArray,
@@ -47,7 +48,7 @@ from scheduling.web.charts import RANGES as CHART_RANGES
 from scheduling.web.charts import tenant_charts
 from scheduling.web.confirm import confirmation
 from scheduling.web.job_use import job_use
-from scheduling.web.paging import id_param, older_page
+from scheduling.web.paging import older_page
 from scheduling.web.reasons import posted_reason
 
 
@@ -79,7 +80,7 @@ def jobs(request: HttpRequest) -> HttpResponse:
     else:
         state = ""
     array = request.GET.get("array", "")
-    array_id = id_param(array)
+    array_id = row_id(array)
     if array_id is not None:  # one array's tasks
         qs = qs.filter(array_id=array_id)
     else:
