@@ -1,19 +1,20 @@
 """The reason a page's form gives for a change (kept in the audit log and a job's history), read
-from the POST as the API's ``ReasonInput`` reads it: no NUL (PostgreSQL refuses it in text), at
-most ``MAX_REASON`` characters."""
+from the POST with the limits the API's ``ReasonInput`` has: a form field's own (Django's
+``CharField`` refuses NUL, which PostgreSQL refuses in text) of at most 2,000 characters."""
 
 from __future__ import annotations
 
+from django import forms
 from django.http import HttpRequest
 
-MAX_REASON = 2000
+
+class _ReasonForm(forms.Form):
+    reason = forms.CharField(max_length=2000, required=False)
 
 
 def posted_reason(request: HttpRequest) -> tuple[str, str | None]:
     """The POST's ``reason``, stripped, and what is wrong with it (None when nothing is)."""
-    reason = request.POST.get("reason", "").strip()
-    if "\x00" in reason:
-        return reason, "a reason cannot contain NUL characters"
-    if len(reason) > MAX_REASON:
-        return reason, f"a reason is at most {MAX_REASON} characters"
-    return reason, None
+    form = _ReasonForm(request.POST)
+    if form.is_valid():
+        return form.cleaned_data["reason"], None
+    return "", "reason: " + " ".join(form.errors["reason"])
