@@ -262,6 +262,25 @@ def test_an_agent_told_to_stop_closes_its_connection_and_exits_at_once(tmp_path,
     assert proc.wait(timeout=5) == 0
 
 
+def test_an_agent_whose_clock_is_behind_its_last_run_is_heard_after_its_hello(tmp_path, node_gpu_a, agent_factory):
+    """The node's stored heartbeat seq is a day ahead of the agent's clock (the previous run's clock
+    was set back since, by NTP). The real agent's hello starts the sequence again: its heartbeats
+    (its clock in ms) are accepted, and the node is not left to fall silent."""
+    from django.utils import timezone
+
+    from nodes.models import Node
+
+    now_ms = int(time.time() * 1000)
+    Node.objects.filter(pk=node_gpu_a.pk).update(last_seq=now_ms + 86_400_000)
+    _connected_agent(tmp_path, node_gpu_a, agent_factory)
+    hello_at = Node.objects.get(pk=node_gpu_a.pk).last_heartbeat_at
+    # Its first heartbeat comes 10 s after the hello (the welcome's interval).
+    beat = wait_for(lambda: Node.objects.filter(pk=node_gpu_a.pk, last_heartbeat_at__gt=hello_at).first(), 30,
+                    "a heartbeat accepted after the hello")
+    assert now_ms <= beat.last_seq <= int(time.time() * 1000)  # the agent's own clock, not the stored one
+    assert beat.state == "ready" and beat.last_heartbeat_at <= timezone.now()
+
+
 def test_work_that_ends_while_its_agent_is_cut_off_is_completed_not_lost(
         tmp_path, resource_group, vcluster_hpc, node_gpu_a, make_allocation, agent_factory, control_plane):
     """The job finishes while the control plane is down; the agent keeps the exit and, once it is
