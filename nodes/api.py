@@ -15,11 +15,12 @@ from nodes import actions, health
 from nodes.models import XID_LIST, Node
 from scheduling.api.pagination import ByName
 from scheduling.api.serializers import ReasonInput, RefuseUnknown
+from scheduling.models import REASON_MAX_LENGTH
 from scheduling.permissions import IsOperator
 
 
 class AgentTokenInput(RefuseUnknown, serializers.Serializer):
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    reason = serializers.CharField(max_length=REASON_MAX_LENGTH, required=False, allow_blank=True, default="")
 
 
 class NodeOutput(serializers.ModelSerializer):
@@ -38,7 +39,7 @@ class NodeOutput(serializers.ModelSerializer):
 class ThresholdsInput(RefuseUnknown, serializers.Serializer):
     """Any of the node's GPU health thresholds, with why."""
 
-    reason = serializers.CharField(max_length=2000)
+    reason = serializers.CharField(max_length=REASON_MAX_LENGTH)
     gpu_max_temperature_c = serializers.IntegerField(min_value=0, max_value=200, required=False)
     gpu_max_ecc_uncorrectable = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
     gpu_retired_pending_degrades = serializers.BooleanField(required=False)

@@ -10,7 +10,7 @@ from django.views.decorators.cache import never_cache
 
 from nodes import actions, health
 from nodes.models import Node, NodeState
-from scheduling.models import Placement, PlacementDevice
+from scheduling.models import REASON_MAX_LENGTH, Placement, PlacementDevice
 from scheduling.permissions import operator_required
 from scheduling.selectors import audit_changes, audit_entries
 from scheduling.web.confirm import confirmation
@@ -20,7 +20,7 @@ ACTIONS = ("drain", "undrain", "agent_token", "clear_xids")
 
 class NodeChange(forms.Form):
     action = forms.ChoiceField(choices=[(a, a) for a in ACTIONS])
-    reason = forms.CharField(max_length=2000, help_text="Why; kept in the audit log.")
+    reason = forms.CharField(max_length=REASON_MAX_LENGTH, help_text="Why; kept in the audit log.")
 
 
 @operator_required

@@ -35,6 +35,7 @@ from scheduling.api.serializers import ReasonInput, RefuseUnknown
 from scheduling.decisions import policy_preview
 from scheduling.evaluations import policy_save_evaluated
 from scheduling.models import (
+    REASON_MAX_LENGTH,
     Allocation,
     PolicyChange,
     Quota,
@@ -69,7 +70,7 @@ class Checked(RefuseUnknown, serializers.ModelSerializer):
     """A model serializer (edited with a ``reason``) that also runs the model's own checks (its constraints included), so
     a value the database would refuse is a 400 with the field named, not a 500."""
 
-    reason = serializers.CharField(write_only=True, max_length=2000, required=False,
+    reason = serializers.CharField(write_only=True, max_length=REASON_MAX_LENGTH, required=False,
                                    help_text="Why: kept in the audit log. Required.")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

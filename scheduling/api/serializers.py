@@ -23,7 +23,14 @@ from scheduling.api.admission_checks import (
 from scheduling.api.input_fields import GroupByName, fresh_fields
 from scheduling.engine import MAX_DURATION_MINUTES
 from scheduling.errors import DomainError
-from scheduling.models import Allocation, AllocationEvent, ResourceGroup, SessionType, VCluster
+from scheduling.models import (
+    REASON_MAX_LENGTH,
+    Allocation,
+    AllocationEvent,
+    ResourceGroup,
+    SessionType,
+    VCluster,
+)
 from scheduling.models.allocations import (
     RESOURCES,
     Checkpoint,
@@ -58,14 +65,14 @@ class RefuseUnknown:
 class ReasonInput(RefuseUnknown, serializers.Serializer):
     """Why an operator changes something; kept in the audit log."""
 
-    reason = serializers.CharField(max_length=2000)
+    reason = serializers.CharField(max_length=REASON_MAX_LENGTH)
 
 
 class VerbInput(RefuseUnknown, serializers.Serializer):
     """Why a job is held, released or requeued; kept in the audit log and its history. Operators
     must give one; a tenant's own hold may go without."""
 
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    reason = serializers.CharField(max_length=REASON_MAX_LENGTH, required=False, allow_blank=True, default="")
 
 
 class ArrayOutput(serializers.Serializer):

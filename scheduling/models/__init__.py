@@ -2,6 +2,7 @@ from .allocations import Allocation, AllocationEvent, JobArray, Placement, Place
 from .cluster import ResourceGroup, SessionType, VCluster
 from .evaluations import EvaluationStatus, PolicyEvaluation
 from .records import (
+    REASON_MAX_LENGTH,
     DecisionAudience,
     MetricRollup,
     PolicyChange,
@@ -21,7 +22,7 @@ from .usage import UsageSample, UsageScope
 
 __all__ = [
     "Allocation", "AllocationEvent", "ApiToken", "DecisionAudience", "EvaluationStatus", "JobArray", "Membership", "MetricRollup",
-    "Placement", "PlacementDevice", "PolicyChange", "PolicyEvaluation", "PreemptionDecision", "PriorityPolicy", "Quota",
+    "Placement", "PlacementDevice", "PolicyChange", "PolicyEvaluation", "PreemptionDecision", "REASON_MAX_LENGTH", "PriorityPolicy", "Quota",
     "ResourceGroup", "SessionType", "SnapshotChange", "Tenant", "priority_policy",
     "TenantShare", "UsageSample", "UsageScope", "VCluster",
 ]

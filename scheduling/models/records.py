@@ -69,6 +69,10 @@ class DecisionAudience(models.Model):
         return f"tenant {self.tenant_id} reads decision {self.decision_id}"
 
 
+# The longest reason a person may give for a change (pages, REST): kept whole in the audit log.
+REASON_MAX_LENGTH = 2000
+
+
 class PolicyChange(models.Model):
     """Every operator edit or override: who, when, before, after, why. Append-only."""
 

@@ -27,6 +27,7 @@ from scheduling.errors import DomainError
 from scheduling.evaluations import policy_save_evaluated
 from scheduling.forms import PolicyForm
 from scheduling.models import (
+    REASON_MAX_LENGTH,
     Allocation,
     Placement,
     PolicyChange,
@@ -169,7 +170,7 @@ class OverrideForm(forms.Form):
     until = forms.DateTimeField(required=False)
     hours = forms.FloatField(required=False, min_value=0.01, max_value=24 * 90,
                              help_text="protect for this long from now (instead of until)")
-    reason = forms.CharField(max_length=2000)
+    reason = forms.CharField(max_length=REASON_MAX_LENGTH)
 
     def clean_until(self) -> datetime | None:
         until = self.cleaned_data.get("until")

@@ -7,9 +7,11 @@ from __future__ import annotations
 from django import forms
 from django.http import HttpRequest
 
+from scheduling.models import REASON_MAX_LENGTH
+
 
 class _ReasonForm(forms.Form):
-    reason = forms.CharField(max_length=2000, required=False)
+    reason = forms.CharField(max_length=REASON_MAX_LENGTH, required=False)
 
 
 def posted_reason(request: HttpRequest) -> tuple[str, str | None]:
