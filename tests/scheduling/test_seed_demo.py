@@ -124,3 +124,11 @@ def test_the_demo_bills_its_running_work_from_when_it_started():
     assert expected and set(billed) == set(expected)
     for name, hours in expected.items():
         assert billed[name] == pytest.approx(hours, rel=1e-3), name
+
+
+def test_the_demo_s_work_is_numbered_in_the_order_it_was_submitted():
+    """Lists are newest first by id: a later id must not be older work."""
+    call_command("seed_demo")
+    submitted = list(Allocation.objects.order_by("pk").values_list("submitted_at", flat=True))
+    assert len(submitted) >= 10
+    assert all(a <= b for a, b in zip(submitted, submitted[1:], strict=False))

@@ -151,39 +151,46 @@ class Command(BaseCommand):
             self.stdout.write(f"  {tname} member:  {uname} / {MEMBER_PASSWORD}   (demo only)")
 
     def _seed_work(self) -> None:
-        """A few running allocations so the demo has something to preempt."""
+        """A few running allocations so the demo has something to preempt, made oldest first so
+        that ids and submission times agree (lists are newest first by id)."""
         if Allocation.objects.exists():
             return
         now = timezone.now()
-        self._seed_fair_share(now)
         rg = ResourceGroup.objects.get(name="gpu-main")
         hpc = VCluster.objects.get(resource_group=rg, name="hpc")
         ml = VCluster.objects.get(resource_group=rg, name="ml")
         batch = SessionType.objects.get(resource_group=rg, name="batch")
         scav = SessionType.objects.get(resource_group=rg, name="scavenger")
         plan = [
-            # tenant, vcluster, nodes, class, checkpoint, session, hours ago, walltime h
-            ("physics", hpc, ["gm-hpc-01", "gm-hpc-02"], 2, "auto", batch, 5, 24),
-            ("physics", hpc, ["gm-hpc-03"], 4, "manual", batch, 2, 12),
-            ("chemistry", hpc, ["gm-hpc-05", "gm-hpc-06", "gm-hpc-07", "gm-hpc-08"], 3, "auto", batch, 8, 48),
-            ("chemistry", ml, ["gm-ml-01"], 1, "none", scav, 1, None),
-            ("biology", ml, ["gm-ml-02", "gm-ml-03"], 5, "auto", batch, 3, 10),
-            ("biology", hpc, ["gm-hpc-09"], 0, "auto", scav, 0.5, 4),
+            # group, tenant, vcluster, nodes, class, checkpoint, session, hours ago, walltime h
+            (rg, "physics", hpc, ["gm-hpc-01", "gm-hpc-02"], 2, "auto", batch, 5, 24),
+            (rg, "physics", hpc, ["gm-hpc-03"], 4, "manual", batch, 2, 12),
+            (rg, "chemistry", hpc, ["gm-hpc-05", "gm-hpc-06", "gm-hpc-07", "gm-hpc-08"], 3, "auto", batch, 8, 48),
+            (rg, "chemistry", ml, ["gm-ml-01"], 1, "none", scav, 1, None),
+            (rg, "biology", ml, ["gm-ml-02", "gm-ml-03"], 5, "auto", batch, 3, 10),
+            (rg, "biology", hpc, ["gm-hpc-09"], 0, "auto", scav, 0.5, 4),
         ]
-        self._run_plan(rg, plan, now)
+        self._run_plan(sorted(plan + self._fair_share_plan(), key=lambda entry: -entry[7]), now)
+        self._seed_waiting(now)
 
-    def _seed_fair_share(self, now: Any) -> None:
-        """fair-west full with physics' and chemistry's work, and biology (nothing running) waiting:
-        on the group page biology goes from below its fair share to starving, then preempts."""
+    def _fair_share_plan(self) -> list[Any]:
+        """fair-west full with physics' and chemistry's work, and biology (nothing running) waiting
+        (``_seed_waiting``): on the group page biology goes from below its fair share to starving,
+        then preempts."""
         rg = ResourceGroup.objects.get(name="fair-west")
         west = VCluster.objects.get(resource_group=rg, name="west")
         batch = SessionType.objects.get(resource_group=rg, name="batch")
-        self._run_plan(rg, [
-            ("physics", west, ["fw-west-01", "fw-west-02"], 3, "auto", batch, 3, 24),
-            ("physics", west, ["fw-west-03", "fw-west-04", "fw-west-05"], 3, "auto", batch, 1, 24),
-            ("chemistry", west, ["fw-west-06", "fw-west-07"], 3, "auto", batch, 2, 24),
-            ("chemistry", west, ["fw-west-08"], 3, "auto", batch, 0.5, 24),
-        ], now)
+        return [
+            (rg, "physics", west, ["fw-west-01", "fw-west-02"], 3, "auto", batch, 3, 24),
+            (rg, "physics", west, ["fw-west-03", "fw-west-04", "fw-west-05"], 3, "auto", batch, 1, 24),
+            (rg, "chemistry", west, ["fw-west-06", "fw-west-07"], 3, "auto", batch, 2, 24),
+            (rg, "chemistry", west, ["fw-west-08"], 3, "auto", batch, 0.5, 24),
+        ]
+
+    def _seed_waiting(self, now: Any) -> None:
+        rg = ResourceGroup.objects.get(name="fair-west")
+        west = VCluster.objects.get(resource_group=rg, name="west")
+        batch = SessionType.objects.get(resource_group=rg, name="batch")
         tenant = Tenant.objects.get(name="biology")
         user = Membership.objects.filter(tenant=tenant).first().user  # type: ignore[union-attr]
         waiting = Allocation.objects.create(
@@ -193,8 +200,8 @@ class Command(BaseCommand):
             command=["python", "-c", "import time; time.sleep(3600)"])
         AllocationEvent.objects.create(allocation=waiting, from_state="", to_state=State.PENDING, reason="seeded")
 
-    def _run_plan(self, rg: ResourceGroup, plan: list[Any], now: Any) -> None:
-        for tname, vc, node_names, klass, ckpt, st, ago, wall in plan:
+    def _run_plan(self, plan: list[Any], now: Any) -> None:
+        for rg, tname, vc, node_names, klass, ckpt, st, ago, wall in plan:
             tenant = Tenant.objects.get(name=tname)
             user = Membership.objects.filter(tenant=tenant).first().user  # type: ignore[union-attr]
             started = now - timedelta(hours=ago)
