@@ -92,6 +92,17 @@ def agent_token_revoke(*, node: Node) -> int:
     return revoked
 
 
+def agent_token_simulated(*, node: Node) -> str:
+    """A token for the node's simulated agent (run_agent --simulate-all): the earlier tokens it was
+    given are revoked, tokens issued by hand (agent_token) or by an operator are left valid."""
+    with transaction.atomic():
+        revoked = AgentToken.objects.filter(node=node, simulated=True, revoked_at__isnull=True) \
+            .update(revoked_at=timezone.now())
+        if revoked:  # a simulated agent still running from the previous demo leaves
+            agent_revoked_on_commit(node.name)
+        return AgentToken.issue(node=node, simulated=True)
+
+
 def agent_token_replace(*, node: Node, actor: Any, reason: str = "") -> str:
     """An operator's new token for the node's agent (shown once): every earlier one is revoked in
     the same transaction, and the audit log says who did it and why."""

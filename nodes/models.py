@@ -112,6 +112,9 @@ class AgentToken(HashedToken):
 
     KIND = "lat"
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="tokens")
+    # The demo's simulated fleet (run_agent --simulate-all) replaces only the tokens it issued:
+    # a token issued by hand or by an operator stays valid across demo restarts.
+    simulated = models.BooleanField(default=False, help_text="Issued for a simulated agent.")
 
     class Meta(HashedToken.Meta):
         pass

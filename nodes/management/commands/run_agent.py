@@ -15,7 +15,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nodes import agent, devices
-from nodes.actions import agent_token_issue, agent_token_revoke
+from nodes.actions import agent_token_simulated
 from nodes.models import Node
 
 
@@ -28,7 +28,8 @@ class Command(BaseCommand):
         parser.add_argument("--workdir", default=str(settings.VAR_DIR / "agent"))
         parser.add_argument("--simulate", action="store_true")
         parser.add_argument("--simulate-all", action="store_true",
-                            help="issue fresh tokens and run a simulated agent for every node")
+                            help="run a simulated agent for every node, each with a fresh token (replacing "
+                                 "only the tokens earlier simulated agents were given)")
         parser.add_argument("--sim-seconds", type=float, default=600.0)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -40,10 +41,9 @@ class Command(BaseCommand):
             raise SystemExit(agent.main(argv + (["--simulate"] if options["simulate"] else [])))
         fleet = []
         for node in Node.objects.order_by("name"):
-            agent_token_revoke(node=node)
             workdir = Path(options["workdir"]) / node.name
             workdir.mkdir(parents=True, exist_ok=True)
-            simulated = agent.Agent(options["url"], agent_token_issue(node=node), workdir, simulate=True,
+            simulated = agent.Agent(options["url"], agent_token_simulated(node=node), workdir, simulate=True,
                                     sim_seconds=options["sim_seconds"])
             simulated.devices = devices.simulated(node.gpu, node=node.name)  # the node page shows them
             fleet.append(simulated)

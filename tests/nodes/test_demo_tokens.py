@@ -1,0 +1,38 @@
+"""The demo's simulated fleet (``run_agent --simulate-all``, started by every ``make run``) gives
+each node's simulated agent a fresh token and revokes only the ones it gave before: a token an
+operator issued by hand for a real agent keeps working across demo restarts."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+
+from nodes.actions import agent_authenticate, agent_token_issue
+from nodes.management.commands import run_agent
+
+pytestmark = pytest.mark.django_db
+
+
+def _simulate_all(monkeypatch, workdir) -> str:
+    """One demo start, its agents not run: the token its agent for gpu-a was given."""
+    fleet = []
+
+    async def keep(agents):
+        fleet.extend(agents)
+
+    monkeypatch.setattr(run_agent, "_run_all", keep)
+    call_command("run_agent", "--simulate-all", "--workdir", str(workdir), stdout=io.StringIO())
+    [agent] = fleet
+    return str(agent.token)
+
+
+def test_a_demo_restart_replaces_only_its_own_agents_tokens(node_gpu_a, monkeypatch, tmp_path):
+    by_hand = agent_token_issue(node=node_gpu_a)
+    first = _simulate_all(monkeypatch, tmp_path)
+    assert agent_authenticate(first) == node_gpu_a
+    second = _simulate_all(monkeypatch, tmp_path)
+    assert agent_authenticate(second) == node_gpu_a
+    assert agent_authenticate(first) is None  # the earlier demo's agent is replaced
+    assert agent_authenticate(by_hand) == node_gpu_a  # the hand-issued token still works
