@@ -6,10 +6,12 @@ and any commands are queued for after commit.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -195,15 +197,18 @@ def node_heartbeat(*, node: Node, frame: Heartbeat, now: datetime | None = None)
 
 
 def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) -> bool:
-    """Apply a state-changing report once. Returns False for a duplicate (same id)."""
+    """Apply a state-changing report once. Returns False for a duplicate (same id, same content);
+    an id already applied with other content is refused (``ID_REUSED``), changing nothing."""
     assert isinstance(frame, Started | Exited | CheckpointProgress | CheckpointDone | Defer)
     moment = now or timezone.now()
+    digest = frame_digest(frame)
     with transaction.atomic():
         try:
             with transaction.atomic():  # a savepoint: only the frame id's own conflict is a repeat
-                ProcessedFrame.objects.create(node=node, frame_id=frame.id)
+                ProcessedFrame.objects.create(node=node, frame_id=frame.id, digest=digest)
         except IntegrityError:
-            return False  # this frame id was applied before: acknowledge, change nothing
+            _same_as_before(node, frame.id, digest)
+            return False  # this frame was applied before: acknowledge, change nothing
         alloc = _placed_here(node, frame.allocation)
         if isinstance(frame, Started):
             if alloc.state in HOLDING:  # a late start of a run since suspended or requeued: nothing to say
@@ -223,6 +228,21 @@ def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) 
         else:
             allocation_defer(allocation=alloc, seconds=frame.seconds, now=moment)
     return True
+
+
+def frame_digest(frame: Frame) -> str:
+    """SHA-256 of what the frame says, its id left out (the same frame resent digests the same)."""
+    content = {k: v for k, v in encode(frame).items() if k != "id"}
+    return hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _same_as_before(node: Node, frame_id: str, digest: str) -> None:
+    """A repeated id must repeat its frame: an agent reusing an id for another report would have
+    that report acknowledged and never applied. (Ids recorded without a digest pass.)"""
+    stored = ProcessedFrame.objects.filter(node=node, frame_id=frame_id).values_list("digest", flat=True).first()
+    if stored and stored != digest:
+        raise FrameRefused("ID_REUSED", f"frame id {frame_id!r} was already used for a different frame; "
+                                        "a resent frame must repeat it exactly, a new frame needs a new id")
 
 
 STARTED = "started on "

@@ -124,10 +124,14 @@ class AgentToken(HashedToken):
 
 
 class ProcessedFrame(models.Model):
-    """Ids of state-changing frames already applied, so a repeated frame has no further effect."""
+    """Ids of state-changing frames already applied, with a digest of what each said, so a repeated
+    frame has no further effect and an id reused for another frame is told apart."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     frame_id = models.CharField(max_length=128)
+    # SHA-256 of the frame without its id (nodes.actions.frame_digest): a repeat of the id with
+    # other content is refused, not acknowledged. Blank for ids recorded before it was kept.
+    digest = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

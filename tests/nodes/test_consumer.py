@@ -282,6 +282,33 @@ def test_started_exited_and_duplicate_ids(agent_node, make_allocation, vcluster_
     assert AllocationEvent.objects.filter(allocation=alloc, to_state="completed").count() == 1
 
 
+def test_an_id_repeated_with_other_content_is_refused_and_changes_nothing(agent_node, make_allocation,
+                                                                          vcluster_hpc):
+    node, token = agent_node
+    alloc = _running_here(make_allocation, vcluster_hpc, node)
+    started = {"type": "started", "id": "r1", "allocation": str(alloc.pk), "pid": 99}
+    exited = {"type": "exited", "id": "r1", "allocation": str(alloc.pk), "exit_code": 0, "reason": "completed"}
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        out = [await _send(comm, started), await _send(comm, exited)]  # the exit reuses the start's id
+        out.append(await _send(comm, {**started, "pid": 100}))  # so does another start
+        out.append(await _send(comm, started))  # the start itself, resent: acknowledged again
+        await comm.disconnect()
+        return out
+
+    out = run(scenario)
+    assert out[0] == out[3] == {"type": "ack", "id": "r1"}
+    for refused in out[1:3]:
+        assert refused["type"] == "error" and refused["id"] == "r1" and refused["code"] == "ID_REUSED"
+        assert "different frame" in refused["message"]
+    alloc.refresh_from_db()
+    assert alloc.state == "running" and alloc.exit_code is None
+    assert list(AllocationEvent.objects.filter(allocation=alloc, reason__startswith="started on")
+                .values_list("reason", flat=True)) == ["started on gpu-a (pid 99)"]
+
+
 def test_checkpoint_progress_defer_and_done(agent_node, resource_group, vcluster_hpc, make_allocation):
     node, token = agent_node
     low = _running_here(make_allocation, vcluster_hpc, node)
