@@ -6,6 +6,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
+from scheduling.flat_maps import validate_labels
 from scheduling.models.secrets import HashedToken
 
 
@@ -36,7 +37,8 @@ class Node(models.Model):
     gpu = models.PositiveIntegerField(default=0)
     cpu = models.PositiveIntegerField(default=0)
     memory = models.PositiveIntegerField(default=0, help_text="GiB")
-    labels = models.JSONField(default=dict, blank=True)
+    labels = models.JSONField(default=dict, blank=True, validators=[validate_labels],
+                              help_text='Flat: {"name": "value"} (scheduling/flat_maps.py bounds it).')
     state = models.CharField(max_length=10, choices=NodeState.choices, default=NodeState.UNKNOWN,
                              db_index=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)

@@ -25,6 +25,7 @@ from nodes.frame_shapes import (
     health_entry,
     shaped,
 )
+from scheduling.flat_maps import capacity_problem, labels_problem
 
 MAX_FRAME_BYTES = 64 * 1024
 MAX_ID_CHARS = 128  # ProcessedFrame.frame_id
@@ -251,16 +252,23 @@ def _check(frame: Frame) -> None:
     if isinstance(frame, Exited) and frame.reason not in EXIT_REASONS:
         raise BadFrame(f"reason must be one of {', '.join(EXIT_REASONS)}", frame.id)
     if isinstance(frame, Hello):
-        for entry in frame.running:
-            if not (isinstance(entry, dict) and is_allocation_id(entry.get("allocation"))
-                    and set(entry) <= {"allocation", "phase", "pid"}):
-                raise BadFrame("running entries are {allocation, phase, pid}", frame.id)
-    if isinstance(frame, Hello) and len(frame.cgroups_note) > MAX_NOTE_CHARS:
-        raise BadFrame(f"cgroups_note must be at most {MAX_NOTE_CHARS} characters", frame.id)
-    if isinstance(frame, Hello) and frame.devices is not None:
-        _check_devices(frame.devices, frame.id)
+        _check_hello(frame)
     if isinstance(frame, CheckpointProgress) and not 0 <= frame.percent <= 100:
         raise BadFrame("percent must be between 0 and 100", frame.id)
+
+
+def _check_hello(frame: Hello) -> None:
+    for entry in frame.running:
+        if not (isinstance(entry, dict) and is_allocation_id(entry.get("allocation"))
+                and set(entry) <= {"allocation", "phase", "pid"}):
+            raise BadFrame("running entries are {allocation, phase, pid}", frame.id)
+    for name, problem in (("labels", labels_problem(frame.labels)), ("capacity", capacity_problem(frame.capacity))):
+        if problem is not None:  # flat and bounded (scheduling/flat_maps.py), never a deep document
+            raise BadFrame(f"{name}: {problem}", frame.id)
+    if len(frame.cgroups_note) > MAX_NOTE_CHARS:
+        raise BadFrame(f"cgroups_note must be at most {MAX_NOTE_CHARS} characters", frame.id)
+    if frame.devices is not None:
+        _check_devices(frame.devices, frame.id)
 
 
 def _check_devices(devices: list[Any], frame_id: str) -> None:

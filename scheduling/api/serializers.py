@@ -23,6 +23,7 @@ from scheduling.api.admission_checks import (
 from scheduling.api.input_fields import GroupByName, fresh_fields
 from scheduling.engine import MAX_DURATION_MINUTES
 from scheduling.errors import DomainError
+from scheduling.flat_maps import MAX_LABEL_VALUE, validate_labels
 from scheduling.models import (
     REASON_MAX_LENGTH,
     Allocation,
@@ -103,7 +104,8 @@ class ArrayLine(ArrayOutput):
 
 
 class ConstraintsField(RefuseUnknown, serializers.Serializer):
-    labels = serializers.DictField(child=serializers.CharField(max_length=128), required=False)
+    labels = serializers.DictField(child=serializers.CharField(max_length=MAX_LABEL_VALUE), required=False,
+                                   validators=[validate_labels])
     same = serializers.CharField(max_length=64, required=False)
 
 

@@ -237,6 +237,42 @@ def test_malformed_frames_get_bad_frame_and_keep_the_connection(agent_node, raw)
     assert node.last_seq == 1
 
 
+@pytest.mark.parametrize(("field", "value"), [
+    ("labels", {"rack": {"row": {"slot": "1"}}}),  # nested
+    ("labels", {"rack": ["a", "b"]}),
+    ("labels", {"rack": 7}),
+    ("labels", {f"k{i}": "v" for i in range(65)}),  # too many
+    ("labels", {"k" * 129: "v"}),
+    ("labels", {"": "v"}),
+    ("labels", {"rack": "x" * 129}),
+    ("capacity", {"gpu": {"count": 8}}),  # nested
+    ("capacity", {"gpu": "8"}),
+    ("capacity", {"gpu": True}),
+    ("capacity", {"gpu": 2**31}),
+    ("capacity", {"gpu": -1}),
+    ("capacity", {f"r{i}": 1 for i in range(17)}),
+])
+def test_a_hello_with_deep_or_huge_labels_or_capacity_is_refused_naming_the_field(agent_node, field, value):
+    node, token = agent_node
+    hello = {"type": "hello", "id": "h1", "agent_version": "9.9", "capacity": {"gpu": 8, "cpu": 64.5},
+             "labels": {"rack": "r1"}, "running": []}
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect()
+        error = await _send(comm, {**hello, field: value})
+        ok = await _send(comm, {"type": "heartbeat", "id": "after", "seq": 1, "running": []})
+        await comm.disconnect()
+        return error, ok
+
+    error, ok = run(scenario)
+    assert error["type"] == "error" and error["code"] == "BAD_FRAME" and error["id"] == "h1"
+    assert error["message"].startswith(f"{field}: ")
+    assert ok == {"type": "ack", "id": "after"}  # the connection stays
+    node.refresh_from_db()
+    assert node.agent_version == ""  # the hello changed nothing (it would have stored 9.9)
+
+
 def test_report_for_another_nodes_allocation_is_refused(agent_node, resource_group, vcluster_hpc, make_allocation):
     node, token = agent_node
     other = Node.objects.create(name="gpu-z", resource_group=resource_group, vcluster=vcluster_hpc, gpu=8)

@@ -265,3 +265,27 @@ def test_a_nul_in_a_by_name_cursor_is_a_400_naming_it(ops, position):
     response = ops.get("/api/v1/nodes/", {"cursor": cursor})
     assert response.status_code == 400, response.content
     assert list(response.json()) == ["cursor"]
+
+
+@pytest.mark.parametrize("labels", [
+    {f"k{i}": "v" for i in range(65)},  # too many
+    {"k" * 129: "v"},  # a name too long
+    {"": "v"},
+])
+def test_huge_label_constraints_are_a_field_error(alice, labels):
+    response = alice.post("/api/v1/allocations/", {**JOB, "constraints": {"labels": labels}},
+                          content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert "labels" in response.json()["constraints"]
+    assert not Allocation.objects.exists()
+
+
+@pytest.mark.parametrize("labels", [{"rack": {"row": "1"}}, {f"k{i}": "v" for i in range(65)}, ["a"]])
+def test_a_node_s_labels_must_be_a_bounded_flat_mapping(two_nodes, labels):
+    from django.core.exceptions import ValidationError
+
+    node = two_nodes[0]
+    node.labels = labels
+    with pytest.raises(ValidationError) as refused:
+        node.full_clean()  # what the admin runs before it saves
+    assert "labels" in refused.value.message_dict
