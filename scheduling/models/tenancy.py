@@ -69,9 +69,19 @@ class Membership(models.Model):
     def __str__(self) -> str:
         return f"{self.user} in {self.tenant} ({self.role})"
 
+    # The quota this member's policy is checked against: the tenant's as stored, unless the caller
+    # edits both at once (the console's tenant editor sets the edited one).
+    quota_in_effect: Quota | None = None
+
     def clean(self) -> None:
         if self.min_priority is not None and self.max_priority is not None and self.min_priority > self.max_priority:
             raise ValidationError({"min_priority": f"must not be above max_priority {self.max_priority}"})
+        quota = self.quota_in_effect
+        if quota is None and self.default_priority is not None and self.tenant_id is not None:
+            quota = Quota.objects.filter(tenant_id=self.tenant_id).first()
+        problem = default_outside(quota, self)
+        if problem is not None:
+            raise ValidationError({"default_priority": problem})
 
 
 class Quota(models.Model):
@@ -140,7 +150,10 @@ class PriorityPolicy(NamedTuple):
 
 def priority_policy(quota: Quota | None, member: Membership | None) -> PriorityPolicy:
     """The tenant's policy (its quota; without one 10, changeable, 0..100) narrowed by the member's:
-    its blank values take the tenant's, its range is intersected, both must allow changes."""
+    its blank values take the tenant's, its range is intersected, both must allow changes. A
+    default outside a non-empty range (the tenant's, inherited by a member whose own range excludes
+    it, or one stored before the tenant's range narrowed) is brought to the nearest end of it: what
+    a request gets when it names no priority is always one it could name."""
     default, changeable, low, high = 10, True, 0, 100
     if quota is not None:
         default, changeable = quota.default_priority, quota.priority_changeable
@@ -150,7 +163,21 @@ def priority_policy(quota: Quota | None, member: Membership | None) -> PriorityP
         changeable = changeable and member.priority_changeable
         low = low if member.min_priority is None else max(low, member.min_priority)
         high = high if member.max_priority is None else min(high, member.max_priority)
+    if low <= high:
+        default = min(max(default, low), high)
     return PriorityPolicy(default, changeable, low, high)
+
+
+def default_outside(quota: Quota | None, member: Membership) -> str | None:
+    """Why the member's own default priority lies outside the range its policy (with ``quota``, the
+    tenant's) lets it name, or None. An empty range (the member's own outside the tenant's) is
+    allowed on purpose: its member names no priority, and gets the default."""
+    if member.default_priority is None:
+        return None
+    policy = priority_policy(quota, member)
+    if policy.empty or policy.low <= member.default_priority <= policy.high:
+        return None
+    return f"must be within {policy.low}..{policy.high}, the range this member may name (blank: the tenant's default)"
 
 
 class TenantShare(models.Model):

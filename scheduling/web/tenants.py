@@ -54,9 +54,17 @@ class MemberFormSetBase(forms.BaseModelFormSet):
     """The tenant's members as they are: a form for anyone else (another tenant's member, a new
     row) is refused, never previewed or saved."""
 
-    def __init__(self, *args: Any, tenant: Tenant, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, tenant: Tenant, quota: Quota, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tenant = tenant
+        self.quota = quota  # the tenant's quota as this same post edits it
+
+    def _construct_form(self, i: int, **kwargs: Any) -> Any:
+        """Each member's default priority is checked against the range the tenant's policy will
+        have once saved, not the one stored (both are edited in one post)."""
+        form = super()._construct_form(i, **kwargs)
+        form.instance.quota_in_effect = self.quota
+        return form
 
     def clean(self) -> None:
         super().clean()
@@ -83,7 +91,7 @@ def tenant_editor(request: HttpRequest, name: str) -> HttpResponse:
     stored = get_object_or_404(Quota, tenant=tenant)
     members = Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
     form = QuotaPolicyForm(request.POST or None, instance=copy.copy(stored))
-    formset = MemberFormSet(request.POST or None, queryset=members, prefix="m", tenant=tenant)
+    formset = MemberFormSet(request.POST or None, queryset=members, prefix="m", tenant=tenant, quota=form.instance)
     preview = None
     if request.method == "POST" and form.is_valid() & formset.is_valid():
         reason = form.cleaned_data["reason"].strip()
