@@ -15,6 +15,7 @@ from nodes import actions, health
 from nodes.models import XID_LIST, Node
 from scheduling.api.pagination import ByName
 from scheduling.api.serializers import ReasonInput, RefuseUnknown
+from scheduling.integers import IntegerInput
 from scheduling.models import REASON_MAX_LENGTH
 from scheduling.permissions import IsOperator
 
@@ -40,8 +41,8 @@ class ThresholdsInput(RefuseUnknown, serializers.Serializer):
     """Any of the node's GPU health thresholds, with why."""
 
     reason = serializers.CharField(max_length=REASON_MAX_LENGTH)
-    gpu_max_temperature_c = serializers.IntegerField(min_value=0, max_value=200, required=False)
-    gpu_max_ecc_uncorrectable = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+    gpu_max_temperature_c = IntegerInput(min_value=0, max_value=200, required=False)
+    gpu_max_ecc_uncorrectable = IntegerInput(min_value=0, max_value=2**31 - 1, required=False)
     gpu_retired_pending_degrades = serializers.BooleanField(required=False)
     gpu_xids = serializers.CharField(max_length=255, allow_blank=True, required=False, validators=[XID_LIST])
 

@@ -10,6 +10,7 @@ from django.http import HttpRequest
 
 from scheduling.actions.policies import config_save, policy_change_record, snapshot
 from scheduling.forms import POLICY_FIELD_NAMES, PREFIX, PolicyFieldsMixin
+from scheduling.integers import ADMIN_OVERRIDES
 from scheduling.models import (
     Allocation,
     AllocationEvent,
@@ -34,6 +35,7 @@ class AuditedAdmin(admin.ModelAdmin):
     """Writes a PolicyChange (who, when, before, after, why) for each add, edit, delete."""
 
     form = AuditedModelForm
+    formfield_overrides = ADMIN_OVERRIDES  # integers: ASCII digits only
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
@@ -110,11 +112,13 @@ class SessionTypeAdmin(AuditedAdmin):
 class QuotaInline(admin.StackedInline):
     model = Quota
     can_delete = False
+    formfield_overrides = ADMIN_OVERRIDES
 
 
 class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
+    formfield_overrides = ADMIN_OVERRIDES
     autocomplete_fields = ["user"]
 
 

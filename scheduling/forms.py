@@ -16,6 +16,7 @@ from scheduling.engine.model import (
     RECLAIM_RULES,
     VICTIM_SCOPES,
 )
+from scheduling.integers import IntegerField
 
 
 def _choices(values: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -27,11 +28,11 @@ POLICY_FIELDS: list[tuple[str, forms.Field, tuple[str, ...] | None]] = [
     ("kind", forms.ChoiceField(choices=_choices(KINDS)), None),
     ("enabled", forms.BooleanField(required=False, initial=True), None),
     ("mode", forms.ChoiceField(choices=_choices(MODES), initial="suspend"), None),
-    ("max_victims", forms.IntegerField(required=False, min_value=0, initial=3,
+    ("max_victims", IntegerField(required=False, min_value=0, initial=3,
                                        help_text="Blank: no limit."), None),
     ("near_completion_minutes", forms.FloatField(min_value=0, initial=5), None),
     ("min_runtime_minutes", forms.FloatField(min_value=0, initial=0), None),
-    ("max_preemptions_per_job", forms.IntegerField(required=False, min_value=0,
+    ("max_preemptions_per_job", IntegerField(required=False, min_value=0,
                                                    help_text="Blank: no limit."), None),
     ("reclaim_rule", forms.ChoiceField(choices=_choices(RECLAIM_RULES), initial="any"), None),
     ("checkpoint_timeout_minutes", forms.FloatField(min_value=0, initial=10), ("class_cost",)),
@@ -41,7 +42,7 @@ POLICY_FIELDS: list[tuple[str, forms.Field, tuple[str, ...] | None]] = [
     ("borrowed_risk", forms.FloatField(required=False, min_value=0, max_value=1, initial=0,
                                        help_text="Work on a borrowed node: its checkpoint cost is discounted by "
                                                  "this share (0 to 1; blank or 0: none)."), ("class_cost",)),
-    ("preemptible_priority", forms.IntegerField(required=False, min_value=0, max_value=100), ("priority",)),
+    ("preemptible_priority", IntegerField(required=False, min_value=0, max_value=100), ("priority",)),
     ("victim_scope", forms.ChoiceField(choices=_choices(VICTIM_SCOPES), initial="resource_group"), ("priority",)),
     ("preemption_order", forms.ChoiceField(choices=_choices(PREEMPTION_ORDERS), initial="newest"), ("priority",)),
     ("preempt_jobtypes", forms.MultipleChoiceField(choices=_choices(JOB_TYPES), required=False,

@@ -19,6 +19,7 @@ from scheduling.api.operators import PolicyInput
 from scheduling.api.pagination import NewestFirst
 from scheduling.api.serializers import RefuseUnknown
 from scheduling.evaluations import evaluation_cancel, evaluation_start
+from scheduling.integers import IntegerInput
 from scheduling.models import PolicyEvaluation, ResourceGroup
 from scheduling.models.evaluations import MAX_DAYS, MIN_DAYS
 from scheduling.permissions import IsOperator
@@ -27,7 +28,7 @@ from scheduling.permissions import IsOperator
 class EvaluationInput(RefuseUnknown, serializers.Serializer):
     resource_group = serializers.SlugRelatedField(slug_field="name", queryset=ResourceGroup.objects.all())
     policy = serializers.JSONField(help_text="The edited policy: the whole document, as the group's policy.")
-    days = serializers.IntegerField(min_value=MIN_DAYS, max_value=MAX_DAYS, default=7,
+    days = IntegerInput(min_value=MIN_DAYS, max_value=MAX_DAYS, default=7,
                                     help_text="Replay the group's history of this many days, up to now.")
 
     def validate_policy(self, value: Any) -> dict[str, Any]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters as filters
-from django import forms
 from django.db.models import QuerySet
 
+from scheduling.integers import IntegerField
 from scheduling.models import (
     Allocation,
     Membership,
@@ -33,7 +33,7 @@ class IdFilter(filters.NumberFilter):
     """A row id: an integer the id column can hold (a decimal, or one past the column, was sent
     to the database: a 500)."""
 
-    field_class = forms.IntegerField
+    field_class = IntegerField
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, min_value=1, max_value=2**63 - 1, **kwargs)

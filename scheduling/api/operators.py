@@ -34,6 +34,7 @@ from scheduling.api.pagination import NewestFirst, OldestFirst
 from scheduling.api.serializers import ReasonInput, RefuseUnknown
 from scheduling.decisions import policy_preview
 from scheduling.evaluations import policy_save_evaluated
+from scheduling.integers import IntegerInput
 from scheduling.models import (
     REASON_MAX_LENGTH,
     Allocation,
@@ -72,6 +73,10 @@ class Checked(RefuseUnknown, serializers.ModelSerializer):
 
     reason = serializers.CharField(write_only=True, max_length=REASON_MAX_LENGTH, required=False,
                                    help_text="Why: kept in the audit log. Required.")
+    # The model's integer columns read ASCII digits only, as every integer input does.
+    serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping, **{
+        column: IntegerInput for column, field in serializers.ModelSerializer.serializer_field_mapping.items()
+        if field is serializers.IntegerField}}
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs.pop("reason", None)  # read by the view (``_reason``), not a column
@@ -225,7 +230,7 @@ class PolicyInput(RefuseUnknown, serializers.Serializer):
 
 
 class PolicyEdit(PolicyInput, ReasonInput):
-    evaluation = serializers.IntegerField(required=False, allow_null=True, min_value=1, help_text=(
+    evaluation = IntegerInput(required=False, allow_null=True, min_value=1, help_text=(
         "A finished evaluation of this very policy on this group (POST /evaluations/): kept with the "
         "save's audit entry while the group's policy is still the one it compared against."))
 

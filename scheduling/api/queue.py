@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from scheduling.integers import IntegerInput
 from scheduling.models import ResourceGroup
 from scheduling.queue_view import GroupQueue
 from scheduling.waiting import why_waiting
@@ -22,8 +23,8 @@ MAX_LIMIT = 500
 
 
 class QueuePage(serializers.Serializer):
-    offset = serializers.IntegerField(min_value=0, default=0)
-    limit = serializers.IntegerField(min_value=1, max_value=MAX_LIMIT, default=100)
+    offset = IntegerInput(min_value=0, default=0)
+    limit = IntegerInput(min_value=1, max_value=MAX_LIMIT, default=100)
 
 
 class QueueView(APIView):

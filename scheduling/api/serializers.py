@@ -24,6 +24,7 @@ from scheduling.api.input_fields import GroupByName, fresh_fields
 from scheduling.engine import MAX_DURATION_MINUTES
 from scheduling.errors import DomainError
 from scheduling.flat_maps import MAX_LABEL_VALUE, validate_labels
+from scheduling.integers import IntegerInput
 from scheduling.models import (
     REASON_MAX_LENGTH,
     Allocation,
@@ -111,7 +112,7 @@ class ConstraintsField(RefuseUnknown, serializers.Serializer):
 
 class DependencyInput(RefuseUnknown, serializers.Serializer):
     type = serializers.ChoiceField(choices=DependencyType.choices)
-    job = serializers.IntegerField(min_value=1, max_value=2**63 - 1)  # an id: past it, the database's error
+    job = IntegerInput(min_value=1, max_value=2**63 - 1)  # an id: past it, the database's error
 
 
 class AllocationInput(RefuseUnknown, serializers.Serializer):
@@ -124,10 +125,10 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
     name = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
     vcluster = serializers.CharField(required=False, allow_null=True, max_length=64, default=None)
     session_type = serializers.CharField(required=False, allow_null=True, max_length=64, default=None)
-    nodes = serializers.IntegerField(min_value=1, max_value=10_000, default=1)
-    per_node = serializers.DictField(child=serializers.IntegerField(min_value=0, max_value=1_000_000))
-    preemption_class = serializers.IntegerField(min_value=0, max_value=10, required=False)
-    priority = serializers.IntegerField(
+    nodes = IntegerInput(min_value=1, max_value=10_000, default=1)
+    per_node = serializers.DictField(child=IntegerInput(min_value=0, max_value=1_000_000))
+    preemption_class = IntegerInput(min_value=0, max_value=10, required=False)
+    priority = IntegerInput(
         min_value=0, max_value=100, required=False, allow_null=True, default=None,
         help_text="Omitted: the default of the tenant's (or the user's) priority policy.")
     checkpoint = serializers.ChoiceField(choices=Checkpoint.choices, default=Checkpoint.NONE,
@@ -143,14 +144,14 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
     constraints = ConstraintsField(required=False)
     value = serializers.FloatField(min_value=0, required=False, allow_null=True, default=None)
     preemptive = serializers.BooleanField(default=True)
-    rank = serializers.IntegerField(
+    rank = IntegerInput(
         min_value=1, max_value=10000, required=False, allow_null=True, default=None,
         help_text="Its own preemption rank (rank kind), within its session type's rank_min..rank_max; "
                   "omitted: the type's rank.")
     command = serializers.ListField(child=serializers.CharField(max_length=4096), max_length=256, default=list)
     env = serializers.DictField(child=serializers.CharField(max_length=4096, allow_blank=True), default=dict)
     requeue_policy = serializers.ChoiceField(choices=RequeuePolicy.choices, default=RequeuePolicy.ON_NODE_FAILURE)
-    max_requeue = serializers.IntegerField(min_value=0, max_value=10, default=3)
+    max_requeue = IntegerInput(min_value=0, max_value=10, default=3)
     held = serializers.BooleanField(default=False, help_text="Submit it held: it waits until released.")
     depends_on = serializers.ListField(
         child=DependencyInput(), max_length=32, default=list,

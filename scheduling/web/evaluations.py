@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
@@ -17,6 +16,7 @@ from scheduling.errors import Conflict
 from scheduling.evaluations import effective, evaluation_cancel, evaluation_start
 from scheduling.forms import PolicyForm
 from scheduling.ids import row_id
+from scheduling.integers import IntegerField
 from scheduling.models import EvaluationStatus, PolicyEvaluation, ResourceGroup
 from scheduling.models.evaluations import MAX_DAYS, MIN_DAYS
 from scheduling.permissions import operator_required
@@ -32,7 +32,7 @@ class EvaluationForm(PolicyForm):
     """The policy editor's fields (validated by the engine's parser) and how many days of the
     group's history to replay (the reason is ignored: nothing is saved)."""
 
-    days = forms.IntegerField(min_value=MIN_DAYS, max_value=MAX_DAYS, initial=DEFAULT_DAYS,
+    days = IntegerField(min_value=MIN_DAYS, max_value=MAX_DAYS, initial=DEFAULT_DAYS,
                               label="Evaluate on the last", help_text=f"days ({MIN_DAYS} to {MAX_DAYS})")
 
 

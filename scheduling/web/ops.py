@@ -26,6 +26,7 @@ from scheduling.decisions import config_preview, policy_preview
 from scheduling.errors import DomainError
 from scheduling.evaluations import policy_save_evaluated
 from scheduling.forms import PolicyForm
+from scheduling.integers import model_formfield
 from scheduling.models import (
     REASON_MAX_LENGTH,
     Allocation,
@@ -123,6 +124,7 @@ class ReasonedForm(forms.ModelForm):
 
 class VClusterForm(ReasonedForm):
     class Meta:
+        formfield_callback = model_formfield  # integers: ASCII digits only
         model = VCluster
         fields = ["type", "allow_lending", "allow_borrowing", "max_borrow_pct", "allow_aggressive_preemption",
                   "weights"]
@@ -135,6 +137,7 @@ class VClusterForm(ReasonedForm):
 
 class SessionTypeForm(ReasonedForm):
     class Meta:
+        formfield_callback = model_formfield
         model = SessionType
         fields = ["priority", "preemptive", "preemptable", "preempts", "rank", "rank_min", "rank_max", "scope",
                   "criteria", "default_class", "mode", "max_preemptions_per_job", "non_preemptible", "exclusive", "forced", "backfill"]

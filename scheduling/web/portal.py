@@ -22,6 +22,7 @@ from scheduling.engine import MAX_DURATION_MINUTES
 from scheduling.errors import DomainError
 from scheduling.exits import exit_explanation
 from scheduling.ids import row_id
+from scheduling.integers import IntegerField
 from scheduling.models import (
     Allocation,
     JobArray,
@@ -204,12 +205,12 @@ class SubmitForm(forms.Form):
     resource_group = forms.ModelChoiceField(queryset=ResourceGroup.objects.order_by("name"), to_field_name="name")
     vcluster = forms.ChoiceField(required=False, label="vCluster")
     session_type = forms.ChoiceField(required=False)
-    nodes = forms.IntegerField(min_value=1, initial=1)
-    gpus_per_node = forms.IntegerField(min_value=0, initial=8, label="GPUs per node")
-    preemption_class = forms.IntegerField(min_value=0, max_value=10, initial=3)
-    priority = forms.IntegerField(min_value=0, max_value=100, required=False,
+    nodes = IntegerField(min_value=1, initial=1)
+    gpus_per_node = IntegerField(min_value=0, initial=8, label="GPUs per node")
+    preemption_class = IntegerField(min_value=0, max_value=10, initial=3)
+    priority = IntegerField(min_value=0, max_value=100, required=False,
                                   help_text="Blank: your tenant's default priority.")
-    rank = forms.IntegerField(min_value=1, max_value=10000, required=False,
+    rank = IntegerField(min_value=1, max_value=10000, required=False,
                               help_text="Blank: the session type's rank.")
     checkpoint = forms.ChoiceField(choices=[("auto", "auto"), ("manual", "manual"), ("none", "none")],
                                    initial="none")

@@ -18,6 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
 from scheduling.actions.policies import config_save, snapshot
+from scheduling.integers import model_formfield
 from scheduling.models import Membership, Quota, Tenant, priority_policy
 from scheduling.permissions import operator_required
 from scheduling.tenant_preview import tenant_preview, words
@@ -32,6 +33,7 @@ class QuotaPolicyForm(forms.ModelForm):
                              help_text="Why this change (needed to save); kept in the audit log.")
 
     class Meta:
+        formfield_callback = model_formfield  # integers: ASCII digits only
         model = Quota
         fields = QUOTA_FIELDS
         help_texts = {
@@ -46,6 +48,7 @@ class QuotaPolicyForm(forms.ModelForm):
 
 class MemberPolicyForm(forms.ModelForm):
     class Meta:
+        formfield_callback = model_formfield
         model = Membership
         fields = MEMBER_FIELDS
 
