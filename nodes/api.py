@@ -15,7 +15,7 @@ from nodes import actions, health
 from nodes.models import XID_LIST, Node
 from scheduling.api.pagination import ByName
 from scheduling.api.serializers import ReasonInput, RefuseUnknown
-from scheduling.integers import IntegerInput
+from scheduling.ascii_numbers import IntegerInput
 from scheduling.models import REASON_MAX_LENGTH
 from scheduling.permissions import IsOperator
 

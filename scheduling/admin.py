@@ -9,8 +9,8 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from scheduling.actions.policies import config_save, policy_change_record, snapshot
+from scheduling.ascii_numbers import ADMIN_OVERRIDES
 from scheduling.forms import POLICY_FIELD_NAMES, PREFIX, PolicyFieldsMixin
-from scheduling.integers import ADMIN_OVERRIDES
 from scheduling.models import (
     Allocation,
     AllocationEvent,

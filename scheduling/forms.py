@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 
+from scheduling.ascii_numbers import FloatField, IntegerField
 from scheduling.engine import InvalidDocument, parse_policy
 from scheduling.engine.model import (
     JOB_TYPES,
@@ -16,7 +17,6 @@ from scheduling.engine.model import (
     RECLAIM_RULES,
     VICTIM_SCOPES,
 )
-from scheduling.integers import IntegerField
 
 
 def _choices(values: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -30,16 +30,16 @@ POLICY_FIELDS: list[tuple[str, forms.Field, tuple[str, ...] | None]] = [
     ("mode", forms.ChoiceField(choices=_choices(MODES), initial="suspend"), None),
     ("max_victims", IntegerField(required=False, min_value=0, initial=3,
                                        help_text="Blank: no limit."), None),
-    ("near_completion_minutes", forms.FloatField(min_value=0, initial=5), None),
-    ("min_runtime_minutes", forms.FloatField(min_value=0, initial=0), None),
+    ("near_completion_minutes", FloatField(min_value=0, initial=5), None),
+    ("min_runtime_minutes", FloatField(min_value=0, initial=0), None),
     ("max_preemptions_per_job", IntegerField(required=False, min_value=0,
                                                    help_text="Blank: no limit."), None),
     ("reclaim_rule", forms.ChoiceField(choices=_choices(RECLAIM_RULES), initial="any"), None),
-    ("checkpoint_timeout_minutes", forms.FloatField(min_value=0, initial=10), ("class_cost",)),
-    ("max_deferral_minutes", forms.FloatField(min_value=0, max_value=1440, initial=5, help_text=(
+    ("checkpoint_timeout_minutes", FloatField(min_value=0, initial=10), ("class_cost",)),
+    ("max_deferral_minutes", FloatField(min_value=0, max_value=1440, initial=5, help_text=(
         "Checkpoint deferrals an application may ask for, in total per checkpoint; then it is forced.")),
      None),
-    ("borrowed_risk", forms.FloatField(required=False, min_value=0, max_value=1, initial=0,
+    ("borrowed_risk", FloatField(required=False, min_value=0, max_value=1, initial=0,
                                        help_text="Work on a borrowed node: its checkpoint cost is discounted by "
                                                  "this share (0 to 1; blank or 0: none)."), ("class_cost",)),
     ("preemptible_priority", IntegerField(required=False, min_value=0, max_value=100), ("priority",)),
@@ -49,20 +49,20 @@ POLICY_FIELDS: list[tuple[str, forms.Field, tuple[str, ...] | None]] = [
                                                    widget=forms.CheckboxSelectMultiple), ("queue",)),
     ("preempt_for", forms.ChoiceField(choices=[("", "least loaded (default)")] + _choices(PREEMPT_FOR),
                                       required=False), ("queue",)),
-    ("no_preempt_run_minutes", forms.FloatField(required=False, min_value=0), ("queue",)),
-    ("no_preempt_finish_minutes", forms.FloatField(required=False, min_value=0), ("queue",)),
-    ("no_preempt_interval_minutes", forms.FloatField(
+    ("no_preempt_run_minutes", FloatField(required=False, min_value=0), ("queue",)),
+    ("no_preempt_finish_minutes", FloatField(required=False, min_value=0), ("queue",)),
+    ("no_preempt_interval_minutes", FloatField(
         required=False, min_value=0, help_text="Minimum uninterrupted run after a start or resume."), ("queue",)),
-    ("tolerance", forms.FloatField(min_value=0, initial=0.8), ("fair_share",)),
-    ("starvation_timeout_s", forms.FloatField(min_value=0, initial=30), ("fair_share",)),
-    ("aggressive_starvation_timeout_s", forms.FloatField(min_value=0, initial=120), ("fair_share",)),
+    ("tolerance", FloatField(min_value=0, initial=0.8), ("fair_share",)),
+    ("starvation_timeout_s", FloatField(min_value=0, initial=30), ("fair_share",)),
+    ("aggressive_starvation_timeout_s", FloatField(min_value=0, initial=120), ("fair_share",)),
     ("enable_aggressive", forms.BooleanField(required=False, initial=False), ("fair_share",)),
-    ("preemption_threshold", forms.FloatField(min_value=0, initial=1.0), ("fair_share",)),
-    ("aggressive_threshold", forms.FloatField(min_value=0, initial=0.2), ("fair_share",)),
-    ("preemptive_scheduling_backoff_s", forms.FloatField(
+    ("preemption_threshold", FloatField(min_value=0, initial=1.0), ("fair_share",)),
+    ("aggressive_threshold", FloatField(min_value=0, initial=0.2), ("fair_share",)),
+    ("preemptive_scheduling_backoff_s", FloatField(
         min_value=0, initial=5, help_text="At most one start by preemption per group in this many seconds."),
      ("fair_share",)),
-    ("non_preemptible_usage_threshold", forms.FloatField(
+    ("non_preemptible_usage_threshold", FloatField(
         min_value=0, max_value=1, initial=0.0,
         help_text="A tenant whose dominant share is below this keeps all its work (0: off)."), ("fair_share",)),
 ]

@@ -18,8 +18,8 @@ from scheduling.api.filters import EvaluationFilter
 from scheduling.api.operators import PolicyInput
 from scheduling.api.pagination import NewestFirst
 from scheduling.api.serializers import RefuseUnknown
+from scheduling.ascii_numbers import IntegerInput
 from scheduling.evaluations import evaluation_cancel, evaluation_start
-from scheduling.integers import IntegerInput
 from scheduling.models import PolicyEvaluation, ResourceGroup
 from scheduling.models.evaluations import MAX_DAYS, MIN_DAYS
 from scheduling.permissions import IsOperator

@@ -9,7 +9,7 @@ from typing import Any
 import django_filters as filters
 from django.db.models import QuerySet
 
-from scheduling.integers import IntegerField
+from scheduling.ascii_numbers import IntegerField
 from scheduling.models import (
     Allocation,
     Membership,

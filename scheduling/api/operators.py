@@ -32,9 +32,9 @@ from scheduling.actions.policies import config_save, snapshot
 from scheduling.api.filters import AuditFilter
 from scheduling.api.pagination import NewestFirst, OldestFirst
 from scheduling.api.serializers import ReasonInput, RefuseUnknown
+from scheduling.ascii_numbers import ASCII_INPUTS, IntegerInput
 from scheduling.decisions import policy_preview
 from scheduling.evaluations import policy_save_evaluated
-from scheduling.integers import IntegerInput
 from scheduling.models import (
     REASON_MAX_LENGTH,
     Allocation,
@@ -73,10 +73,10 @@ class Checked(RefuseUnknown, serializers.ModelSerializer):
 
     reason = serializers.CharField(write_only=True, max_length=REASON_MAX_LENGTH, required=False,
                                    help_text="Why: kept in the audit log. Required.")
-    # The model's integer columns read ASCII digits only, as every integer input does.
+    # The model's number columns read ASCII digits only, as every number input does.
     serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping, **{
-        column: IntegerInput for column, field in serializers.ModelSerializer.serializer_field_mapping.items()
-        if field is serializers.IntegerField}}
+        column: ASCII_INPUTS[field] for column, field in serializers.ModelSerializer.serializer_field_mapping.items()
+        if field in ASCII_INPUTS}}
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs.pop("reason", None)  # read by the view (``_reason``), not a column

@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduling.integers import IntegerInput
+from scheduling.ascii_numbers import IntegerInput
 from scheduling.models import ResourceGroup
 from scheduling.queue_view import GroupQueue
 from scheduling.waiting import why_waiting

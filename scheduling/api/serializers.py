@@ -21,10 +21,10 @@ from scheduling.api.admission_checks import (
     start_frame_errors,
 )
 from scheduling.api.input_fields import GroupByName, fresh_fields
+from scheduling.ascii_numbers import FloatInput, IntegerInput
 from scheduling.engine import MAX_DURATION_MINUTES
 from scheduling.errors import DomainError
 from scheduling.flat_maps import MAX_LABEL_VALUE, validate_labels
-from scheduling.integers import IntegerInput
 from scheduling.models import (
     REASON_MAX_LENGTH,
     Allocation,
@@ -133,8 +133,8 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
         help_text="Omitted: the default of the tenant's (or the user's) priority policy.")
     checkpoint = serializers.ChoiceField(choices=Checkpoint.choices, default=Checkpoint.NONE,
                                          help_text="none by default (also in the CLI and the web form)")
-    checkpoint_minutes = serializers.FloatField(min_value=0, max_value=1440, default=5)
-    walltime_minutes = serializers.FloatField(min_value=0.01, max_value=MAX_DURATION_MINUTES, required=False,
+    checkpoint_minutes = FloatInput(min_value=0, max_value=1440, default=5)
+    walltime_minutes = FloatInput(min_value=0.01, max_value=MAX_DURATION_MINUTES, required=False,
                                               allow_null=True, default=None, help_text="At most a century.")
     sensitive = serializers.BooleanField(default=False)
     preemptible = serializers.BooleanField(default=True)
@@ -142,7 +142,7 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
     forced = serializers.BooleanField(default=False)
     backfill = serializers.BooleanField(default=False)
     constraints = ConstraintsField(required=False)
-    value = serializers.FloatField(min_value=0, required=False, allow_null=True, default=None)
+    value = FloatInput(min_value=0, required=False, allow_null=True, default=None)
     preemptive = serializers.BooleanField(default=True)
     rank = IntegerInput(
         min_value=1, max_value=10000, required=False, allow_null=True, default=None,

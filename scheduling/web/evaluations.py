@@ -12,11 +12,11 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
+from scheduling.ascii_numbers import IntegerField
 from scheduling.errors import Conflict
 from scheduling.evaluations import effective, evaluation_cancel, evaluation_start
 from scheduling.forms import PolicyForm
 from scheduling.ids import row_id
-from scheduling.integers import IntegerField
 from scheduling.models import EvaluationStatus, PolicyEvaluation, ResourceGroup
 from scheduling.models.evaluations import MAX_DAYS, MIN_DAYS
 from scheduling.permissions import operator_required

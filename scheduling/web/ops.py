@@ -22,11 +22,11 @@ from scheduling.actions.overrides import (
     protect_until_problem,
 )
 from scheduling.actions.policies import config_save, snapshot
+from scheduling.ascii_numbers import FloatField, model_formfield
 from scheduling.decisions import config_preview, policy_preview
 from scheduling.errors import DomainError
 from scheduling.evaluations import policy_save_evaluated
 from scheduling.forms import PolicyForm
-from scheduling.integers import model_formfield
 from scheduling.models import (
     REASON_MAX_LENGTH,
     Allocation,
@@ -171,7 +171,7 @@ def config_editor(request: HttpRequest, name: str, kind: str, pk: int) -> HttpRe
 class OverrideForm(forms.Form):
     action = forms.ChoiceField(choices=[("protect", "protect"), ("force_preempt", "force preempt")])
     until = forms.DateTimeField(required=False)
-    hours = forms.FloatField(required=False, min_value=0.01, max_value=24 * 90,
+    hours = FloatField(required=False, min_value=0.01, max_value=24 * 90,
                              help_text="protect for this long from now (instead of until)")
     reason = forms.CharField(max_length=REASON_MAX_LENGTH)
 

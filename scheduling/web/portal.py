@@ -18,11 +18,11 @@ from scheduling import decisions
 from scheduling.actions.admission import allocation_cancel, allocation_submit, within_quota
 from scheduling.actions.batch import allocation_hold, allocation_release_hold, allocation_requeue
 from scheduling.api.serializers import AllocationInput
+from scheduling.ascii_numbers import FloatField, IntegerField
 from scheduling.engine import MAX_DURATION_MINUTES
 from scheduling.errors import DomainError
 from scheduling.exits import exit_explanation
 from scheduling.ids import row_id
-from scheduling.integers import IntegerField
 from scheduling.models import (
     Allocation,
     JobArray,
@@ -214,7 +214,7 @@ class SubmitForm(forms.Form):
                               help_text="Blank: the session type's rank.")
     checkpoint = forms.ChoiceField(choices=[("auto", "auto"), ("manual", "manual"), ("none", "none")],
                                    initial="none")
-    walltime_minutes = forms.FloatField(required=False, min_value=0.01, max_value=MAX_DURATION_MINUTES)
+    walltime_minutes = FloatField(required=False, min_value=0.01, max_value=MAX_DURATION_MINUTES)
     command = forms.CharField(required=False, help_text="space-separated")
 
     def __init__(self, *args: Any, tenants: list[int], **kwargs: Any) -> None:

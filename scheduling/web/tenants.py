@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
 from scheduling.actions.policies import config_save, snapshot
-from scheduling.integers import model_formfield
+from scheduling.ascii_numbers import model_formfield
 from scheduling.models import Membership, Quota, Tenant, priority_policy
 from scheduling.permissions import operator_required
 from scheduling.tenant_preview import tenant_preview, words

@@ -94,3 +94,15 @@ def test_allocations_are_read_only_in_the_admin(admin_client_op, make_allocation
     alloc.refresh_from_db()
     assert alloc.preemption_class == 1
     assert client.get("/admin/scheduling/allocation/add/").status_code == 403
+
+
+@pytest.mark.parametrize("field, value", [("tolerance", "٠.٨"), ("max_victims", "٥")])
+def test_admin_policy_numbers_are_ascii_digits(admin_client_op, resource_group, field, value):
+    client, _ = admin_client_op
+    url = f"/admin/scheduling/resourcegroup/{resource_group.pk}/change/"
+    page = client.post(url, _form_data(resource_group, kind="fair_share", **{field: value}))
+    assert page.status_code == 200
+    assert PREFIX + field in page.context["adminform"].form.errors
+    resource_group.refresh_from_db()
+    assert resource_group.policy == {"kind": "class_cost"}
+    assert not PolicyChange.objects.exists()

@@ -1,7 +1,7 @@
-"""Integers typed into forms or sent to the API are ASCII digits: "١" (Arabic-Indic one) or "１"
-(fullwidth one), which Python's ``int()`` reads as 1, is refused naming the field and changes
-nothing, on the pages, over the API (hand-written serializers and the model-backed ones) and in
-the admin."""
+"""Numbers typed into forms or sent to the API are ASCII digits: "١" (Arabic-Indic one) or "１"
+(fullwidth one), which Python's ``int()`` and ``float()`` read as 1, is refused naming the field
+and changes nothing, on the pages, over the API (hand-written serializers and the model-backed
+ones) and in the admin."""
 
 from __future__ import annotations
 
@@ -26,8 +26,19 @@ def test_the_submit_form_refuses_non_ascii_digits(client, tenant_physics, resour
     assert not Allocation.objects.exists()
 
 
+def test_the_submit_form_refuses_a_non_ascii_walltime(client, tenant_physics, resource_group, two_nodes):
+    client.force_login(tenant_physics.memberships.first().user)
+    form = {"resource_group": resource_group.name, "vcluster": "hpc", "nodes": 1, "gpus_per_node": 8,
+            "preemption_class": 3, "priority": 10, "checkpoint": "auto", "command": "sleep 5", "action": "submit",
+            "walltime_minutes": "١.٥"}
+    page = client.post("/jobs/new/", form)
+    assert page.status_code == 200
+    assert "walltime_minutes" in page.context["form"].errors
+    assert not Allocation.objects.exists()
+
+
 @pytest.mark.parametrize("over", [{"nodes": "١"}, {"per_node": {"gpu": "１"}}, {"priority": "١٠"},
-                                  {"max_requeue": "٣"}])
+                                  {"max_requeue": "٣"}, {"walltime_minutes": "١.٥"}, {"checkpoint_minutes": "٣"}])
 def test_a_submission_refuses_non_ascii_digits(api_for, tenant_physics, two_nodes, over):
     response = api_for("alice").post("/api/v1/allocations/", {**JOB, **over}, content_type="application/json")
     assert response.status_code == 400, response.content
@@ -36,7 +47,8 @@ def test_a_submission_refuses_non_ascii_digits(api_for, tenant_physics, two_node
 
 
 def test_ascii_digits_as_text_are_still_read(api_for, tenant_physics, two_nodes):
-    response = api_for("alice").post("/api/v1/allocations/", {**JOB, "nodes": "1", "per_node": {"gpu": "1"}},
+    response = api_for("alice").post("/api/v1/allocations/", {**JOB, "nodes": "1", "per_node": {"gpu": "1"},
+                                                              "walltime_minutes": "1.5"},
                                      content_type="application/json")
     assert response.status_code == 201, response.content
 
@@ -56,6 +68,9 @@ def test_an_operator_edit_refuses_non_ascii_digits(client, operator, tenant_phys
     response = client.patch("/api/v1/quotas/physics/", {"max_nodes": "٢", "reason": "r"},
                             content_type="application/json")
     assert response.status_code == 400 and "max_nodes" in response.json()
+    response = client.patch("/api/v1/quotas/physics/", {"fair_share": "٠.٥", "reason": "r"},
+                            content_type="application/json")
+    assert response.status_code == 400 and "fair_share" in response.json()
     assert Membership.objects.get(pk=member.pk).max_priority is None
     assert not PolicyChange.objects.exists()
 

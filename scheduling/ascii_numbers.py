@@ -1,0 +1,78 @@
+"""Numbers people type into forms and clients send to the API: ASCII digits only, as ids are
+(``scheduling/ids.py``). Django's and DRF's integer and float fields read any Unicode decimal
+digit, so "١" (Arabic-Indic one) or "１" (fullwidth) was taken as 1 and "١.٥" as 1.5; here such
+text is refused as not a number. Every form and serializer that takes a number from a user uses
+these; model forms get ``IntegerField`` through ``model_formfield`` (the admin through
+``ADMIN_OVERRIDES``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.db import models
+from rest_framework import serializers
+
+
+def _non_ascii(value: Any) -> bool:
+    return isinstance(value, str) and not value.isascii()
+
+
+class IntegerField(forms.IntegerField):
+    """``forms.IntegerField`` reading ASCII digits only."""
+
+    def to_python(self, value: Any) -> int | None:
+        if _non_ascii(value):
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return super().to_python(value)  # type: ignore[no-any-return]
+
+
+class IntegerInput(serializers.IntegerField):
+    """``serializers.IntegerField`` reading ASCII digits only (a JSON number is one already)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if _non_ascii(data):
+            self.fail("invalid")
+        return super().to_internal_value(data)  # type: ignore[no-any-return]
+
+
+class FloatField(forms.FloatField):
+    """``forms.FloatField`` reading ASCII digits only."""
+
+    def to_python(self, value: Any) -> float | None:
+        if _non_ascii(value):
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return super().to_python(value)  # type: ignore[no-any-return]
+
+
+class FloatInput(serializers.FloatField):
+    """``serializers.FloatField`` reading ASCII digits only (a JSON number is one already)."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if _non_ascii(data):
+            self.fail("invalid")
+        return super().to_internal_value(data)  # type: ignore[no-any-return]
+
+
+def model_formfield(field: models.Field, **kwargs: Any) -> forms.Field | None:
+    """A model form's field for ``field`` (``Meta.formfield_callback``): numbers read as above."""
+    if isinstance(field, models.IntegerField) and not isinstance(field, models.AutoField):
+        kwargs.setdefault("form_class", IntegerField)
+    elif isinstance(field, models.FloatField):
+        kwargs.setdefault("form_class", FloatField)
+    return field.formfield(**kwargs)  # type: ignore[no-any-return]
+
+
+# ModelAdmin.formfield_overrides: the admin's number fields read as above (its widgets kept).
+ADMIN_OVERRIDES: dict[type[models.Field], dict[str, Any]] = {
+    models.IntegerField: {"form_class": IntegerField},
+    models.BigIntegerField: {"form_class": IntegerField},
+    models.FloatField: {"form_class": FloatField},
+}
+
+
+# A model serializer's ``serializer_field_mapping`` entries to replace: DRF's field -> the one above.
+ASCII_INPUTS: dict[type[serializers.Field], type[serializers.Field]] = {
+    serializers.IntegerField: IntegerInput,
+    serializers.FloatField: FloatInput,
+}
