@@ -25,8 +25,9 @@ how many are ahead (other tenants' work counted, never shown) and the code of wh
 an array's pending tasks are one line, ``ARRAY_[0-3,7]``, at the place of its best task.
 
 Exit codes: 0 done; 1 the server refused (its message is printed: field errors,
-a quota, a token it does not know) or could not be reached; 2 bad usage or a bad
-file, with nothing sent. Imports nothing of Django: it runs wherever a tenant works.
+a quota, a token it does not know), could not be reached or answered other than the API does
+(cli_client.py); 2 bad usage or a bad file, with nothing sent; 130 interrupted. Each failure is
+one line on standard error. Imports nothing of Django: it runs wherever a tenant works.
 """
 
 from __future__ import annotations
@@ -35,13 +36,11 @@ import argparse
 import json
 import math
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
-from pathlib import Path
 from typing import Any, TextIO
 
 from scheduling import cli_config
+from scheduling.cli_client import Client, Refused, loads, one_line
 from scheduling.cli_format import (
     QUEUE_COLUMNS,
     collapse_pending_tasks,
@@ -55,61 +54,11 @@ from scheduling.ids import decimal
 from scheduling.version import version
 
 
-class Refused(Exception):
-    """The server answered with an error (or not at all); the message says what."""
-
-
 class Usage(Exception):
     """Bad usage or a bad file: nothing was sent."""
 
 
-class Client:
-    def __init__(self, url: str, token: str, timeout: float = 30) -> None:
-        self.base, self.token, self.timeout = url.rstrip("/") + "/api/v1", token, timeout
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None,
-             query: dict[str, str] | None = None) -> Any:
-        url = self.base + path + ("?" + urllib.parse.urlencode(query) if query else "")
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, method=method, headers={
-            "Authorization": f"Token {self.token}", "Accept": "application/json",
-            **({"Content-Type": "application/json"} if data is not None else {})})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.load(response)
-        except ValueError:  # an answer that is not JSON (a login portal, another site)
-            raise Refused(f"{url} answered, but not JSON: is {self.base} a Lattice server's API?") from None
-        except urllib.error.HTTPError as exc:
-            raise Refused(f"{exc.code}: {_error_text(exc.read())}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise Refused(f"cannot reach {self.base}: {reason}") from None
-
-    def pages(self, path: str, query: dict[str, str]) -> list[dict[str, Any]]:
-        """Every page of a cursor-paginated list, following ``next``."""
-        out: list[dict[str, Any]] = []
-        body = self.call("GET", path, query=query)
-        while True:
-            out += body["results"]
-            if not body.get("next"):
-                return out
-            nxt = urllib.parse.urlsplit(body["next"])
-            body = self.call("GET", nxt.path.removeprefix("/api/v1"),
-                             query=dict(urllib.parse.parse_qsl(nxt.query)))
-
-
-def _error_text(raw: bytes) -> str:
-    """A DRF error body as one readable line: ``detail``, or each field with its messages."""
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return raw.decode(errors="replace").strip()[:500] or "no message"
-    if isinstance(body, dict):
-        if ("detail" in body and len(body) == 1) or "error" in body:
-            return str(body.get("detail", body.get("error")))
-        return "; ".join(f"{field}: {' '.join(map(str, msgs)) if isinstance(msgs, list) else msgs}"
-                         for field, msgs in body.items())
-    return json.dumps(body)
+JOB_FILE_LIMIT = 1024 * 1024  # far past what admission takes (a start frame's half of 64 KiB)
 
 
 def _no_constant(name: str) -> Any:
@@ -128,11 +77,10 @@ def job_document(args: argparse.Namespace) -> dict[str, Any]:
     """The submission: ``--file`` if given, then the flags given over it."""
     doc: dict[str, Any] = {}
     if args.file:
+        text = cli_config.read_text(args.file, "the job file", JOB_FILE_LIMIT)
         try:
-            doc = json.loads(Path(args.file).read_text(), parse_constant=_no_constant, parse_float=finite)
-        except OSError as exc:
-            raise Usage(f"cannot read {args.file}: {exc.strerror}") from None
-        except ValueError as exc:  # (UnicodeDecodeError too)
+            doc = loads(text, parse_constant=_no_constant, parse_float=finite)
+        except ValueError as exc:
             raise Usage(f"{args.file} is not JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise Usage(f"{args.file} must hold a JSON object (the API's job fields)")
@@ -299,7 +247,7 @@ def login(args: argparse.Namespace, url: str, out: TextIO) -> None:
     if args.token_file:
         token = cli_config.token(args.token_file)
     else:
-        secret = token = cli_config.checked_token(sys.stdin.readline().strip(), "the token on standard input")
+        secret = token = cli_config.checked_token(cli_config.stdin_line().strip(), "the token on standard input")
     if not token:
         raise Usage("no token given: --token-file PATH, or the token on standard input")
     Client(url, token).call("GET", "/tokens/")  # a token the server does not know is refused here
@@ -380,7 +328,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         return 2 if exc.code else 0
     try:
         run(args, out or sys.stdout)
-    except Usage as exc:
+    except (Usage, cli_config.ConfigError) as exc:
         return _fail(2, str(exc))
     except Refused as exc:
         return _fail(1, str(exc))
@@ -388,11 +336,13 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         where = getattr(args, "url", None) or "the configured URL"
         return _fail(1, f"the server's answer is not what this client reads ({type(exc).__name__}: {exc}); "
                         f"is {where} a Lattice server of version {version()}?")
+    except KeyboardInterrupt:
+        return _fail(130, "interrupted")
     return 0
 
 
 def _fail(code: int, message: str) -> int:
-    sys.stderr.write(f"lattice: {message}\n")
+    sys.stderr.write(f"lattice: {one_line(message)}\n")
     return code
 
 

@@ -14,15 +14,44 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+SMALL_FILE = 64 * 1024  # a config or a token file is a few lines: more is the wrong file
 
 
 class ConfigError(Exception):
     """A config file or a token file that cannot be used; nothing was sent."""
+
+
+def read_text(path: str | Path, what: str, limit: int = SMALL_FILE) -> str:
+    """A file's text (UTF-8) that is at most ``limit`` bytes; ConfigError saying why otherwise
+    (so ``/dev/zero`` or a disk image named by mistake is refused, not read forever)."""
+    try:
+        with open(Path(path).expanduser(), "rb") as f:
+            raw = f.read(limit + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a path with a NUL in it
+        raise ConfigError(f"cannot read {what} {path!r}: {exc}") from None
+    if len(raw) > limit:
+        raise ConfigError(f"{what} {path} is over {limit // 1024} KiB: is it the right file?")
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} {path} is not text (UTF-8): is it the right file?") from None
+
+
+def stdin_line() -> str:
+    """One line of standard input, at most SMALL_FILE bytes of it, whatever its encoding (a byte that
+    is not UTF-8 becomes U+FFFD, which no token holds)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # already text
+        return sys.stdin.readline(SMALL_FILE)
+    return bytes(buffer.readline(SMALL_FILE)).decode(errors="replace")
 
 
 def config_path() -> Path:
@@ -37,9 +66,9 @@ def read_config() -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read the config file {path}: {exc}") from None
+        config = json.loads(read_text(path, "the config file"))
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"cannot read the config file {path}: {exc or 'nested too deeply'}") from None
     if not isinstance(config, dict):
         raise ConfigError(f"the config file {path} must hold a JSON object")
     for key in ("url", "token_file"):
@@ -64,6 +93,8 @@ def site_root(url: str) -> str:
         raise ConfigError(f"{url!r} is not a usable URL: {exc}") from None
     if not parts.hostname or not root.isprintable() or any(c.isspace() for c in root):
         raise ConfigError(f"{url!r} is not a usable URL: it needs a host, and no spaces")
+    if parts.query or parts.fragment or "?" in root or "#" in root:
+        raise ConfigError(f"{url!r} is not a usable URL: the server's root has no ?query or #fragment")
     return root
 
 
@@ -77,12 +108,7 @@ def token(flag_file: str | None) -> str:
     if not path and not os.environ.get("LATTICE_TOKEN", "").strip():
         path = read_config().get("token_file")
     if path:
-        try:
-            return checked_token(Path(path).expanduser().read_text().strip(), f"the token file {path}")
-        except OSError as exc:
-            raise ConfigError(f"cannot read the token file {path}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"the token file {path} is not text (UTF-8): is it the right file?") from None
+        return checked_token(read_text(path, "the token file").strip(), f"the token file {path}")
     return checked_token(os.environ.get("LATTICE_TOKEN", "").strip(), "LATTICE_TOKEN")
 
 

@@ -1,0 +1,146 @@
+"""The command line against files and servers that are not what it expects: exit 2 and one line
+for a bad file (nothing sent), exit 1 and one line for a server that answers badly, never a
+traceback, never reading without end."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from scheduling.cli import main
+from tests.conftest import ROOT
+
+NOWHERE = "http://127.0.0.1:9"  # nothing listens: a test reaching the network fails with exit 1
+TOKEN = "lat_" + "x" * 40
+
+
+@pytest.fixture
+def token(monkeypatch, tmp_path):
+    monkeypatch.setenv("LATTICE_CONFIG", str(tmp_path / "none.json"))
+    monkeypatch.setenv("LATTICE_TOKEN", TOKEN)
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("lattice: ") and "Traceback" not in err, err
+    return err
+
+
+def test_a_job_file_nested_past_the_parser_is_exit_2(token, tmp_path, capsys):
+    job = tmp_path / "job.json"
+    job.write_text('{"per_node": {"gpu": 1}, "env": ' + "[" * 100_000 + "}")
+    assert main(["--url", NOWHERE, "submit", "--file", str(job)], out=io.StringIO()) == 2
+    assert "is not JSON: nested too deeply" in _one_line_error(capsys)
+
+
+def test_a_config_nested_past_the_parser_is_exit_2(tmp_path, capsys, monkeypatch):
+    config = tmp_path / "config.json"
+    config.write_text("[" * 20_000)
+    monkeypatch.setenv("LATTICE_CONFIG", str(config))
+    monkeypatch.delenv("LATTICE_URL", raising=False)
+    assert main(["list"], out=io.StringIO()) == 2
+    assert "cannot read the config file" in _one_line_error(capsys)
+
+
+def test_a_job_file_past_a_mebibyte_is_exit_2_before_anything_is_sent(token, tmp_path, capsys):
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"per_node": {"gpu": 1}, "command": ["true"], "name": " " * (1024 * 1024)}))
+    assert main(["--url", NOWHERE, "submit", "--file", str(job)], out=io.StringIO()) == 2
+    assert "is over 1024 KiB" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("argv, stdin", [
+    (["submit", "--file", "/dev/zero"], None),  # a file without end
+    (["login"], "/dev/zero"),                   # a token on standard input without end
+])
+def test_input_without_end_is_refused_not_read_forever(argv, stdin, tmp_path):
+    """A real process: before, it read /dev/zero until memory ran out."""
+    env = {"PATH": "/usr/bin:/bin", "LATTICE_CONFIG": str(tmp_path / "c.json"), "LATTICE_TOKEN": TOKEN}
+    with open(stdin or "/dev/null", "rb") as given:
+        done = subprocess.run([sys.executable, "-m", "scheduling.cli", "--url", NOWHERE, *argv], cwd=ROOT,
+                              stdin=given, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_token_file_the_config_names_with_a_nul_is_exit_2(tmp_path, capsys, monkeypatch):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"url": NOWHERE, "token_file": "tok\u0000en"}))
+    monkeypatch.setenv("LATTICE_CONFIG", str(config))
+    monkeypatch.delenv("LATTICE_TOKEN", raising=False)
+    assert main(["list"], out=io.StringIO()) == 2
+    assert "cannot read the token file" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/?next=/", "http://127.0.0.1:8000/#top"])
+def test_a_url_with_a_query_or_fragment_is_exit_2(token, url, capsys):
+    assert main(["--url", url, "list"], out=io.StringIO()) == 2
+    assert "no ?query or #fragment" in _one_line_error(capsys)
+
+
+def _raw_server(answer: bytes):
+    """A TCP server that answers every connection with ``answer`` as it is, then closes."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+
+
+def _http(status: str, body: bytes, *headers: str) -> bytes:
+    head = "".join(f"{h}\r\n" for h in (f"HTTP/1.1 {status}", f"Content-Length: {len(body)}", *headers))
+    return head.encode() + b"\r\n" + body
+
+
+@pytest.fixture(params=[
+    pytest.param((b"SSH-2.0-OpenSSH_9.6\r\n", "not as HTTP does (BadStatusLine)"), id="not-http"),
+    pytest.param((b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{\"results\": [",
+                  "not as HTTP does (IncompleteRead)"), id="cut-short"),
+    pytest.param((_http("200 OK", b"[" * 100_000), "answered, but not JSON"), id="nested-answer"),
+    pytest.param((_http("502 Bad Gateway", b"<html>\n<body>\n<h1>502 Bad Gateway</h1>\n</body>\n</html>\n"),
+                  "502: an HTML page, not the API's JSON"), id="proxy-page"),
+    pytest.param((_http("400 Bad Request", b'{"detail": "first\\nsecond\\u001b[2J"}'), "400: first second [2J"),
+                 id="detail-with-controls"),
+])
+def bad_answer(request):
+    answer, said = request.param
+    for url in _raw_server(answer):
+        yield url, said
+
+
+def test_a_server_answering_badly_is_exit_1_in_one_line(token, bad_answer, capsys):
+    url, said = bad_answer
+    assert main(["--url", url, "list"], out=io.StringIO()) == 1
+    err = _one_line_error(capsys)
+    assert said in err and "\x1b" not in err
+
+
+def test_a_list_whose_next_page_leads_back_is_exit_1_not_a_loop(token, capsys):
+    page = json.dumps({"results": [], "next": "http://lattice.example/api/v1/allocations/?cursor=same"}).encode()
+    for url in _raw_server(_http("200 OK", page, "Content-Type: application/json")):
+        assert main(["--url", url, "list"], out=io.StringIO()) == 1
+    assert "leads back to a page already read" in _one_line_error(capsys)
+
+
+def test_ctrl_c_is_exit_130_without_a_traceback(token, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("scheduling.cli.Client.call", interrupted)
+    assert main(["--url", NOWHERE, "list"], out=io.StringIO()) == 130
+    assert _one_line_error(capsys) == "lattice: interrupted\n"
