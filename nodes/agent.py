@@ -11,7 +11,9 @@ then SIGKILL after the grace. The agent reconnects with exponential backoff and
 jitter (capped at 30 s, back to 1 s only once a connection was welcomed), sends the
 reports made while disconnected (the latest per allocation, kept until acknowledged), then says
 ``hello`` with what it runs. A revoked token (4401) stops it (exit 3) unless ``--retry-revoked``;
-another agent holding the node (4409) makes it wait minutes. ``--simulate`` runs no processes:
+another agent holding the node (4409) makes it wait minutes. Settings that cannot work (the token
+file, ``--url``, the work directory) are exit 2 before it connects; a frame it cannot act on is
+logged and skipped (nodes/agent_commands.py). ``--simulate`` runs no processes:
 allocations are timers.
 
 Imports nothing of Django: it runs on compute nodes.
@@ -29,12 +31,13 @@ import random
 import signal
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import websockets
 
-from nodes import cgroups, devices
+from nodes import agent_commands, cgroups, devices
 from nodes.agent_work import Work
 from nodes.processes import Running
 from nodes.protocol import Heartbeat, Hello, Report, encode, new_id
@@ -193,7 +196,16 @@ class Agent(Work):
 
     async def _reader(self, ws: Any) -> None:
         async for text in ws:
-            await self.handle(json.loads(text))
+            try:
+                frame = agent_commands.command(text)
+            except agent_commands.Ignored as exc:
+                log.warning("ignored a frame from the control plane (%s): %.200r", exc, text)
+                continue
+            try:
+                await self.handle(frame)
+            except Exception:  # one frame the agent could not act on must not end the agent
+                log.exception("could not act on a %s frame for allocation %s", frame.get("type"),
+                              frame.get("allocation", "-"))
 
     async def handle(self, frame: dict[str, Any]) -> None:
         """One frame from the control plane, in the order they arrive."""
@@ -260,21 +272,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cgroup-root", default=os.environ.get("LATTICE_CGROUP_ROOT") or None,
                         help="the delegated cgroup v2 each allocation gets a limited child of (absolute, or "
                              "relative to the cgroup v2 mount); default LATTICE_CGROUP_ROOT, else the agent's own")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO", type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
-        token = Path(args.token_file).read_text().strip()
-    except OSError as exc:
-        sys.stderr.write(f"cannot read the token file {args.token_file}: {exc.strerror}\n")
+        token, workdir = _settings(args.url, args.token_file, args.workdir)
+    except ValueError as exc:  # settings that cannot work however often it is started: exit 2, once
+        sys.stderr.write(f"lattice-agent: {exc}\n")
         return 2
-    if not token:
-        sys.stderr.write(f"the token file {args.token_file} is empty\n")
-        return 2
-    workdir = Path(args.workdir).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
     return asyncio.run(_serve(Agent(args.url, token, workdir, args.simulate, args.sim_seconds, args.retry_revoked,
                                       args.cgroup_root)))
+
+
+TOKEN_FILE_LIMIT = 4096
+
+
+def _settings(url: str, token_file: str, workdir: str) -> tuple[str, Path]:
+    """The token and the work directory, checked with the URL before the first connection."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        raise ValueError(f"--url {url!r} is not a ws:// or wss:// URL (ws://HOST/ws/agent/)")
+    try:
+        with open(token_file, "rb") as f:
+            token = f.read(TOKEN_FILE_LIMIT + 1).decode().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the token file {token_file}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"the token file {token_file} is not text: is it the right file?") from None
+    if not token:
+        raise ValueError(f"the token file {token_file} is empty")
+    if len(token) > TOKEN_FILE_LIMIT or not (token.isascii() and token.isprintable()) or " " in token:
+        raise ValueError(f"the token file {token_file} does not hold one token (one line, no spaces)")
+    path = Path(workdir).resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot make the work directory {path}: {exc.strerror}") from None
+    return token, path
 
 
 async def _serve(agent: Agent) -> int:

@@ -52,10 +52,16 @@ class Work:
             data = json.loads(self.state_file.read_text())
         except (OSError, ValueError):
             return
-        for alloc, info in data.items():
-            entry = Running(alloc, pid=int(info["pid"]), checkpoint_dir=Path(info["checkpoint_dir"]),
-                            cgroup=Path(info["cgroup"]) if info.get("cgroup") else None)
-            if self.simulate or not alive(entry.pid):
+        for alloc, info in (data.items() if isinstance(data, dict) else []):
+            try:
+                entry = Running(alloc, pid=int(info["pid"]), checkpoint_dir=Path(info["checkpoint_dir"]),
+                                cgroup=Path(info["cgroup"]) if info.get("cgroup") else None)
+            except (TypeError, KeyError, ValueError, AttributeError):  # written by hand, or damaged
+                log.warning("%s: cannot adopt allocation %r from %r: not a saved process", self.state_file,
+                            alloc, info)
+                continue
+            # (pid 0 or below is no process of its own: kill() would reach the agent's group, or all)
+            if self.simulate or entry.pid <= 0 or not alive(entry.pid):
                 code = recorded_exit_code(entry.checkpoint_dir)
                 await self.report(Exited(id=new_id(), allocation=alloc, exit_code=code,
                                          reason=_exit_reason(entry, code)))
@@ -87,11 +93,13 @@ class Work:
         if old is not None:
             return  # a repeated start (after a reconnect): it already runs
         ckpt = self.workdir / frame.get("checkpoint_dir", f"checkpoints/{alloc}")
+        cgroup = None
         try:  # who it runs as, where, seeing what (nodes/runas.py); refused before anything is made
             runas.resolve(frame.get("user", ""), frame.get("group", ""), bool(frame.get("allow_root")))
             cgroup = self._limit(alloc, frame.get("resources") or {})
             launch = runas.prepare(frame, alloc, ckpt, self.workdir, ckpt / EXIT_FILE, cgroup=cgroup)
         except runas.Refused as exc:
+            cgroups.remove(cgroup)
             log.warning("not starting %s: %s", alloc, exc)
             await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason=exc.reason))
             return

@@ -101,8 +101,11 @@ def prepare(frame: dict[str, Any], alloc: str, ckpt: Path, workdir: Path, exit_f
     ``cgroup`` first, when the node limits allocations)."""
     who = resolve(frame.get("user", ""), frame.get("group", ""), bool(frame.get("allow_root")))
     cwd = workdir / "work" / alloc if who is not None else workdir
-    for path in (ckpt, cwd):
-        own_dir(path, who)
+    try:
+        for path in (ckpt, cwd):
+            own_dir(path, who)
+    except OSError as exc:  # a full disk; an agent that is not root given a user to run as
+        raise Refused("failed", f"cannot prepare {path}: {exc.strerror or exc}") from None
     lattice = {"LATTICE_ALLOCATION_ID": alloc, "LATTICE_CHECKPOINT_DIR": str(ckpt),
                "LATTICE_RESUME": "1" if frame.get("resume_from_checkpoint") else "0",
                **(visible_env(frame["devices"]) if "devices" in frame else {})}
