@@ -95,15 +95,24 @@ class ResourceGroupAdmin(AuditedAdmin):
         return super().get_form(request, obj, change=change, **kwargs)
 
 
+class StaysInItsGroup(AuditedAdmin):
+    """Chooses its resource group when added, never after: its nodes, allocations and decisions
+    stay in their group, and moving it would split them (the API refuses it too)."""
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        return [*fields, "resource_group"] if obj is not None else fields
+
+
 @admin.register(VCluster)
-class VClusterAdmin(AuditedAdmin):
+class VClusterAdmin(StaysInItsGroup):
     list_display = ["name", "resource_group", "type", "allow_lending", "allow_borrowing", "max_borrow_pct"]
     list_filter = ["resource_group", "type", "allow_lending", "allow_borrowing"]
     search_fields = ["name"]
 
 
 @admin.register(SessionType)
-class SessionTypeAdmin(AuditedAdmin):
+class SessionTypeAdmin(StaysInItsGroup):
     list_display = ["name", "resource_group", "priority", "rank", "preemptive", "preemptable", "scope"]
     list_filter = ["resource_group", "preemptive", "preemptable", "scope"]
     search_fields = ["name"]
