@@ -7,15 +7,17 @@ from django.http import HttpRequest
 
 from nodes.health import THRESHOLDS, node_health_judge
 from nodes.models import AgentToken, Node
-from scheduling.admin import AuditedAdmin
+from scheduling.admin import StaysInItsGroup
 
 
 @admin.register(Node)
-class NodeAdmin(AuditedAdmin):
+class NodeAdmin(StaysInItsGroup):
     list_display = ["name", "resource_group", "vcluster", "borrowed_by", "state", "gpu", "cpu",
                     "memory", "last_heartbeat_at", "health_reason"]
-    # What the agent reports is not edited here; the GPU health thresholds are (audited).
-    readonly_fields = ["last_heartbeat_at", "last_seq", "agent_version", "gpu_healthy", "devices_reported_at",
+    # What the agent reports is not edited here; the GPU health thresholds are (audited). Nor is what
+    # Lattice derives: the state changes by drain and undrain (audited, a drain lasting until its
+    # undrain) and by liveness, lending by the scheduling pass.
+    readonly_fields = ["state", "borrowed_by", "last_heartbeat_at", "last_seq", "agent_version", "gpu_healthy", "devices_reported_at",
                        "device_mismatch", "cgroups", "cgroups_note", "gpu_health", "health_reason"]
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:

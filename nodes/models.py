@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -79,6 +80,10 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        if self.vcluster is not None and self.vcluster.resource_group_id != self.resource_group_id:
+            raise ValidationError({"vcluster": "must be a vCluster of the node's resource group"})
 
     @property
     def capacity(self) -> dict[str, float]:

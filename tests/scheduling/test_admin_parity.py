@@ -1,10 +1,14 @@
-"""The admin refuses what the operators' API refuses: a vCluster or a session type stays in its
-resource group (its nodes, allocations and decisions are the group's; moving it would split them)."""
+"""The admin refuses what the operators' API refuses: a vCluster, a session type or a node stays in
+its resource group (its nodes, allocations and decisions are the group's; moving it would split
+them), and a node's state changes through drain and undrain, not as a field."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from nodes.models import Node
 from scheduling.models import PolicyChange, ResourceGroup, SessionType, VCluster
 
 pytestmark = pytest.mark.django_db
@@ -48,3 +52,42 @@ def test_a_new_vcluster_still_chooses_its_group(operator_client, resource_group)
     assert response.status_code == 302
     assert VCluster.objects.get(name="ml").resource_group_id == resource_group.pk
     assert PolicyChange.objects.get().action == "create"
+
+
+def _node_form(client, node) -> tuple[str, dict]:
+    """The node's change form as the admin renders it, every field at its value."""
+    url = f"/admin/nodes/node/{node.pk}/change/"
+    form = client.get(url).context["adminform"].form
+    data = {}
+    for name, field in form.fields.items():
+        value = form.initial.get(name, field.initial)
+        if value is None or value is False:
+            continue
+        data[name] = "on" if value is True else (json.dumps(value) if isinstance(value, dict | list) else value)
+    return url, data
+
+
+def test_a_drained_node_goes_back_to_work_only_through_undrain(operator_client, node_gpu_a):
+    """The API has no way to set a node's state: drain and undrain are audited actions, and a
+    drain lasts until an undrain (check_invariants holds the system to it). The admin's form
+    offered the state as a plain field."""
+    Node.objects.filter(pk=node_gpu_a.pk).update(state="drained")
+    url, data = _node_form(operator_client, node_gpu_a)
+    data.update({"state": "ready", "change_reason": "back to work"})
+    response = operator_client.post(url, data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert Node.objects.get(pk=node_gpu_a.pk).state == "drained"
+
+
+def test_a_node_stays_in_its_group_and_its_home_vcluster_is_of_that_group(operator_client, node_gpu_a,
+                                                                          resource_group):
+    other = ResourceGroup.objects.create(name="rg-other", policy={"kind": "class_cost"})
+    foreign = VCluster.objects.create(resource_group=other, name="ext", type="hpc_batch")
+    url, data = _node_form(operator_client, node_gpu_a)
+    data.update({"resource_group": other.pk, "change_reason": "move it"})
+    operator_client.post(url, data)
+    assert Node.objects.get(pk=node_gpu_a.pk).resource_group_id == resource_group.pk
+    data.update({"vcluster": foreign.pk})
+    response = operator_client.post(url, data)
+    assert response.status_code == 200 and "vcluster" in response.context["adminform"].form.errors
+    assert Node.objects.get(pk=node_gpu_a.pk).vcluster.name == "hpc"
