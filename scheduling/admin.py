@@ -27,7 +27,8 @@ from scheduling.models import (
 
 
 class AuditedModelForm(forms.ModelForm):
-    change_reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
+    # Required, as the API's and the console's reason is (at most as long as theirs).
+    change_reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}),
                                     help_text="Why this change; kept in the audit log.")
 
 

@@ -91,3 +91,14 @@ def test_a_node_stays_in_its_group_and_its_home_vcluster_is_of_that_group(operat
     response = operator_client.post(url, data)
     assert response.status_code == 200 and "vcluster" in response.context["adminform"].form.errors
     assert Node.objects.get(pk=node_gpu_a.pk).vcluster.name == "hpc"
+
+
+@pytest.mark.parametrize("reason", [None, "", "   ", "x" * 2001])
+def test_an_admin_change_needs_a_reason_as_the_api_does(operator_client, resource_group, reason):
+    """The API refuses an operator's change without a reason (or with one past 2,000 characters);
+    so does the admin, and nothing is stored or audited."""
+    data = {"resource_group": resource_group.pk, "name": "ml", "type": "ml_training", "max_borrow_pct": "0.3",
+            "weights": "{}", **({} if reason is None else {"change_reason": reason})}
+    response = operator_client.post("/admin/scheduling/vcluster/add/", data)
+    assert response.status_code == 200 and "change_reason" in response.context["adminform"].form.errors
+    assert not VCluster.objects.filter(name="ml").exists() and not PolicyChange.objects.exists()
