@@ -12,6 +12,7 @@ from scheduling.actions.policies import config_save, policy_change_record, snaps
 from scheduling.ascii_numbers import ADMIN_OVERRIDES
 from scheduling.forms import POLICY_FIELD_NAMES, PREFIX, PolicyFieldsMixin
 from scheduling.models import (
+    REASON_MAX_LENGTH,
     Allocation,
     AllocationEvent,
     Membership,
@@ -28,7 +29,7 @@ from scheduling.models import (
 
 class AuditedModelForm(forms.ModelForm):
     # Required, as the API's and the console's reason is (at most as long as theirs).
-    change_reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}),
+    change_reason = forms.CharField(max_length=REASON_MAX_LENGTH, widget=forms.Textarea(attrs={"rows": 2}),
                                     help_text="Why this change; kept in the audit log.")
 
 
