@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import random
 import signal
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token-file", required=True)
     parser.add_argument("--workdir", default=".")
     parser.add_argument("--simulate", action="store_true")
-    parser.add_argument("--sim-seconds", type=float, default=3600.0)
+    parser.add_argument("--sim-seconds", type=sim_seconds, default=3600.0)
     parser.add_argument("--retry-revoked", action="store_true",
                         help=f"on a revoked token, keep trying every {LONG_BACKOFF_S:.0f} s or so instead of "
                              f"exiting {EXIT_REVOKED}")
@@ -286,6 +287,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 TOKEN_FILE_LIMIT = 4096
+
+
+def sim_seconds(text: str) -> float:
+    """``--sim-seconds``: how long a simulated job runs, a finite number of seconds, at least 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds of at least 0")
+    return value
 
 
 def _settings(url: str, token_file: str, workdir: str) -> tuple[str, Path]:

@@ -32,6 +32,8 @@ def _agent(tmp_path, url: str, token_file, *more: str) -> subprocess.Popen:
     (b"lat_a\nlat_b\n", "ws://127.0.0.1:9/ws/agent/", [], "does not hold one token"),
     (b"lat_token", "http://127.0.0.1:9/ws/agent/", [], "is not a ws:// or wss:// URL"),
     (b"lat_token", "ws://127.0.0.1:9/ws/agent/", ["--log-level", "LOUD"], "invalid choice"),
+    (b"lat_token", "ws://127.0.0.1:9/ws/agent/", ["--simulate", "--sim-seconds", "nan"], "not a number of seconds"),
+    (b"lat_token", "ws://127.0.0.1:9/ws/agent/", ["--simulate", "--sim-seconds", "-5"], "not a number of seconds"),
 ])
 def test_settings_that_cannot_work_are_exit_2_in_one_line(tmp_path, content, url, more, said):
     token = tmp_path / "token"

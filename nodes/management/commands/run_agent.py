@@ -30,7 +30,7 @@ class Command(BaseCommand):
         parser.add_argument("--simulate-all", action="store_true",
                             help="run a simulated agent for every node, each with a fresh token (replacing "
                                  "only the tokens earlier simulated agents were given)")
-        parser.add_argument("--sim-seconds", type=float, default=600.0)
+        parser.add_argument("--sim-seconds", type=agent.sim_seconds, default=600.0)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not options["simulate_all"]:
