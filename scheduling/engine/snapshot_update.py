@@ -13,6 +13,8 @@ from .model import Allocation
 from .snapshot_build import SnapshotBuild
 from .snapshot_columns import CHECKPOINT_CODE, ID_WIDTH, JOBTYPE_BIT, MIXED, NO_VC, FArr, id_key
 
+FEW_RESOURCES = 8  # rows this wide or narrower are updated element by element
+
 
 class SnapshotUpdates(SnapshotBuild):
     def _ensure_resources(self, names: Iterable[str]) -> None:
@@ -43,8 +45,9 @@ class SnapshotUpdates(SnapshotBuild):
         """Record a running entry (any state). Touches only its own slot and nodes."""
         if alloc.id in self.slot_of:
             self.remove(alloc.id)
+        res_index = self.res_index
         for amounts_by_name in alloc.placement.values():
-            if any(r not in self.res_index for r in amounts_by_name):
+            if not amounts_by_name.keys() <= res_index.keys():
                 self._ensure_resources(amounts_by_name)
         if self._free_slots:
             slot = self._free_slots.pop()
@@ -57,6 +60,49 @@ class SnapshotUpdates(SnapshotBuild):
         self.slot_of[alloc.id] = slot
         vc = self._vc(alloc.vcluster)
         tenant = self._tenant(alloc.tenant)
+        self._write_slot(slot, alloc, tenant, vc)
+        names = sorted(alloc.placement)
+        first = alloc.placement[names[0]].get("gpu", 0.0) if names else 0.0
+        self.a_first_gpu[slot] = first or 1.0
+        self.a_nnodes[slot] = len(names)
+        held = [0.0] * len(self.res_names)
+        entries: list[int] = []
+        on_borrowed = False
+        borrow_home = NO_VC
+        for nname in names:
+            node = self.node_index[nname]
+            amounts = [0.0] * len(held)
+            for r, amount in alloc.placement[nname].items():
+                amounts[res_index[r]] = float(amount)
+            if self._free_entries:
+                e = self._free_entries.pop()
+            else:
+                if self._next_entry >= len(self.e_alloc):
+                    self._grow_entries()
+                e = self._next_entry
+                self._next_entry += 1
+            self.e_alloc[e], self.e_node[e], self.e_alive[e] = slot, node, True
+            self._put_row(self.e_res, e, amounts)
+            entries.append(e)
+            for j, amount in enumerate(amounts):
+                held[j] += amount
+            self._add_row(self.used, node, amounts, 1.0)
+            self.count[node] += 1
+            self._node_log.append(node)
+            home = int(self.node_vc[node])
+            if home != NO_VC and home != vc:
+                on_borrowed = True
+            if vc != NO_VC and home != NO_VC and int(self.node_bb[node]) == vc:
+                borrow_home = home if borrow_home in (NO_VC, home) else MIXED
+        self.a_entries[slot] = entries
+        self._put_row(self.a_held, slot, held)
+        self._add_row(self.t_used, tenant, held, 1.0)
+        self.a_on_borrowed[slot] = on_borrowed
+        self.a_borrow_home[slot] = borrow_home
+        self.version += 1
+
+    def _write_slot(self, slot: int, alloc: Allocation, tenant: int, vc: int) -> None:
+        """The slot's own columns: what ``alloc`` says of itself, apart from its placement."""
         self.alive[slot] = True
         width = self.a_ids.dtype.itemsize // 4
         if len(alloc.id) > width and width < ID_WIDTH:
@@ -74,64 +120,56 @@ class SnapshotUpdates(SnapshotBuild):
         self.a_sens[slot] = alloc.is_sensitive
         self.a_prot[slot] = alloc.protected_until if alloc.protected_until is not None else -np.inf
         self.a_preemptible[slot] = alloc.preemptible
-        self.a_jobtypes[slot] = sum(JOBTYPE_BIT[t] for t in alloc.job_types)
+        # The bits of ``job_types``, without making the tuple.
+        self.a_jobtypes[slot] = ((JOBTYPE_BIT["exclusive"] if alloc.exclusive else 0)
+                                 + (JOBTYPE_BIT["forced"] if alloc.forced else 0)
+                                 + (JOBTYPE_BIT["backfill"] if alloc.backfill else 0))
         self.a_pcount[slot] = alloc.preempted_count
         self.a_tenant[slot] = tenant
         self.a_user[slot] = self._user(alloc.user)
         self.a_vc[slot] = vc
-        self.a_st[slot] = self.st_index.get(alloc.session_type or "", self.st_default)
-        self.a_rank[slot] = alloc.rank if alloc.rank is not None else self.st_rank[self.a_st[slot]]
-        names = sorted(alloc.placement)
-        first = alloc.placement[names[0]].get("gpu", 0.0) if names else 0.0
-        self.a_first_gpu[slot] = first or 1.0
-        self.a_nnodes[slot] = len(names)
-        held = np.zeros(len(self.res_names))
-        entries: list[int] = []
-        on_borrowed = False
-        borrow_home = NO_VC
-        for nname in names:
-            node = self.node_index[nname]
-            amounts = self.vec(alloc.placement[nname])
-            if self._free_entries:
-                e = self._free_entries.pop()
+        st = self.st_index.get(alloc.session_type or "", self.st_default)
+        self.a_st[slot] = st
+        self.a_rank[slot] = alloc.rank if alloc.rank is not None else self.st_rank[st]
+
+    @staticmethod
+    def _put_row(arr: FArr, i: int, values: list[float]) -> None:
+        """``arr[i] = values``; element by element for a few resources (numpy's per-call cost is
+        larger than the copy)."""
+        if len(values) > FEW_RESOURCES:
+            arr[i] = values
+            return
+        for j, value in enumerate(values):
+            arr[i, j] = value
+
+    @staticmethod
+    def _add_row(arr: FArr, i: int, values: list[float], sign: float) -> None:
+        """``arr[i] += values`` (``sign`` 1) or ``arr[i] -= values`` (-1): the same floats, each an
+        IEEE addition or subtraction, element by element for a few resources."""
+        if len(values) > FEW_RESOURCES:
+            if sign > 0:
+                arr[i] += values
             else:
-                if self._next_entry >= len(self.e_alloc):
-                    self._grow_entries()
-                e = self._next_entry
-                self._next_entry += 1
-            self.e_alloc[e], self.e_node[e], self.e_alive[e] = slot, node, True
-            self.e_res[e] = amounts
-            entries.append(e)
-            held += amounts
-            self.used[node] += amounts
-            self.count[node] += 1
-            self._node_log.append(node)
-            home = int(self.node_vc[node])
-            if home != NO_VC and home != vc:
-                on_borrowed = True
-            if vc != NO_VC and home != NO_VC and int(self.node_bb[node]) == vc:
-                borrow_home = home if borrow_home in (NO_VC, home) else MIXED
-        self.a_entries[slot] = entries
-        self.a_held[slot] = held
-        self.t_used[tenant] += held
-        self.a_on_borrowed[slot] = on_borrowed
-        self.a_borrow_home[slot] = borrow_home
-        self.version += 1
+                arr[i] -= values
+            return
+        for j, value in enumerate(values):
+            arr[i, j] = arr.item(i, j) + value if sign > 0 else arr.item(i, j) - value
 
     def remove(self, alloc_id: str) -> Allocation | None:
         slot = self.slot_of.pop(alloc_id, None)
         if slot is None:
             return None
         alloc = self.objs[slot]
+        e_res, used = self.e_res, self.used
         for e in self.a_entries.pop(slot):
             node = int(self.e_node[e])
-            self.used[node] -= self.e_res[e]
+            self._add_row(used, node, e_res[e].tolist(), -1.0)
             self.count[node] -= 1
             self._node_log.append(node)
             self.e_alive[e] = False
             self.e_alloc[e] = -1
             self._free_entries.append(e)
-        self.t_used[self.a_tenant[slot]] -= self.a_held[slot]
+        self._add_row(self.t_used, int(self.a_tenant[slot]), self.a_held[slot].tolist(), -1.0)
         self.alive[slot] = False
         self.objs[slot] = None
         self._free_slots.append(slot)
