@@ -56,8 +56,9 @@ def reserve_free(cluster: Cluster, key: str, names: list[str]) -> None:
         i = cluster.node_index.get(name)
         if i is None:
             continue
-        free = {r: float(cluster.cap[i, j] - cluster.used[i, j]) for j, r in enumerate(cluster.res_names)}
-        placement[name] = {r: v for r, v in free.items() if v > 0}
+        # Read as Python floats: the same differences as numpy's, without its per-element cost.
+        free = zip(cluster.res_names, cluster.cap[i].tolist(), cluster.used[i].tolist(), strict=True)
+        placement[name] = {r: v for r, cap, used in free if (v := cap - used) > 0}
     if placement:
         cluster.add(em.Allocation(id=key, state="terminating", placement=placement, preemptible=False))
 

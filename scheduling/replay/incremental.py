@@ -113,13 +113,16 @@ class IncrementalPass:
             return False
         e = entries[0]
         node = int(cluster.e_node[e])
-        held, used = cluster.e_res[e], cluster.used[node]
-        without = used - held
-        free = cluster.cap[node] - without
-        again = np.where(free > 0, free, 0.0)
-        tenant_used = cluster.t_used[cluster.a_tenant[slot]]
-        return bool(np.array_equal(again, held) and np.array_equal(without + held, used)
-                    and np.array_equal((tenant_used - cluster.a_held[slot]) + again, tenant_used))
+        # Element by element in Python floats (a few resources): the same as the arrays' operations.
+        rows = zip(cluster.e_res[e].tolist(), cluster.used[node].tolist(), cluster.cap[node].tolist(),
+                   cluster.t_used[cluster.a_tenant[slot]].tolist(), cluster.a_held[slot].tolist(), strict=True)
+        for held, used, cap, tenant_used, tenant_held in rows:
+            without = used - held
+            free = cap - without
+            again = free if free > 0 else 0.0
+            if not (again == held and without + held == used and (tenant_used - tenant_held) + again == tenant_used):
+                return False
+        return True
 
     def _starving(self, t: float) -> dict[str, bool]:
         if self.policy.kind != "fair_share":
