@@ -81,6 +81,8 @@ class SlotColumns:
         self.a_on_borrowed = np.zeros(size, dtype=bool)
         self.a_borrow_home = np.full(size, NO_VC, dtype=np.int64)
         self.a_entries = SlotEntries()
+        # Per slot set by ``add``: the id and the fields (``_SLOT_FIELDS``) its columns were written from.
+        self._slot_src: dict[int, tuple[str, tuple[Any, ...]]] = {}
 
     _SLOT_ARRAYS = ("alive", "a_ids", "a_idkey", "a_class", "a_prio", "a_running", "a_start", "a_wall", "a_ckpt",
                     "a_ckpt_min", "a_last_ckpt", "a_sens", "a_prot", "a_preemptible", "a_jobtypes",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from operator import attrgetter
 
 import numpy as np
 
@@ -14,6 +15,12 @@ from .snapshot_build import SnapshotBuild
 from .snapshot_columns import CHECKPOINT_CODE, ID_WIDTH, JOBTYPE_BIT, MIXED, NO_VC, FArr, id_key
 
 FEW_RESOURCES = 8  # rows this wide or narrower are updated element by element
+# The fields a slot's own columns are written from, the float ones first (all but the id).
+_FLOAT_FIELDS = 5
+_SLOT_FIELDS = attrgetter(
+    "started_at", "walltime_minutes", "checkpoint_minutes", "last_checkpoint_at", "protected_until",
+    "tenant", "user", "vcluster", "session_type", "preemption_class", "priority", "state", "checkpoint",
+    "sensitive", "preemptible", "exclusive", "forced", "backfill", "preempted_count", "rank")
 
 
 class SnapshotUpdates(SnapshotBuild):
@@ -102,13 +109,22 @@ class SnapshotUpdates(SnapshotBuild):
         self.version += 1
 
     def _write_slot(self, slot: int, alloc: Allocation, tenant: int, vc: int) -> None:
-        """The slot's own columns: what ``alloc`` says of itself, apart from its placement."""
+        """The slot's own columns: what ``alloc`` says of itself, apart from its placement. A
+        freed slot keeps its values, so where they came from fields equal to ``alloc``'s (a
+        pass's reservations, made and taken out again, differ only in their ids) they are
+        not written again; a float field at zero is always written (0.0 equals -0.0)."""
         self.alive[slot] = True
-        width = self.a_ids.dtype.itemsize // 4
-        if len(alloc.id) > width and width < ID_WIDTH:
-            self.a_ids = self.a_ids.astype(f"U{min(ID_WIDTH, max(len(alloc.id), 2 * width))}")
-        self.a_ids[slot] = alloc.id
-        self.a_idkey[slot] = id_key(alloc.id)
+        fields = _SLOT_FIELDS(alloc)
+        before = self._slot_src.get(slot)
+        self._slot_src[slot] = (alloc.id, fields)
+        if before is None or before[0] != alloc.id:
+            width = self.a_ids.dtype.itemsize // 4
+            if len(alloc.id) > width and width < ID_WIDTH:
+                self.a_ids = self.a_ids.astype(f"U{min(ID_WIDTH, max(len(alloc.id), 2 * width))}")
+            self.a_ids[slot] = alloc.id
+            self.a_idkey[slot] = id_key(alloc.id)
+        if before is not None and before[1] == fields and 0.0 not in fields[:_FLOAT_FIELDS]:
+            return
         self.a_class[slot] = alloc.preemption_class
         self.a_prio[slot] = alloc.priority
         self.a_running[slot] = alloc.state == "running"
@@ -185,6 +201,7 @@ class SnapshotUpdates(SnapshotBuild):
             return False
         self.objs[slot] = replace(alloc, state=state)
         self.a_running[slot] = state == "running"
+        self._slot_src.pop(slot, None)  # its columns no longer all come from its fields
         self.state_version += 1
         return True
 
