@@ -72,13 +72,28 @@ class SnapshotUpdates(SnapshotBuild):
         first = alloc.placement[names[0]].get("gpu", 0.0) if names else 0.0
         self.a_first_gpu[slot] = first or 1.0
         self.a_nnodes[slot] = len(names)
-        held = [0.0] * len(self.res_names)
+        held, entries, on_borrowed, borrow_home = self._add_entries(slot, alloc, names, vc)
+        self.a_entries[slot] = entries
+        self._put_row(self.a_held, slot, held)
+        self._add_row(self.t_used, tenant, held, 1.0)
+        self.a_on_borrowed[slot] = on_borrowed
+        self.a_borrow_home[slot] = borrow_home
+        self.version += 1
+
+    def _add_entries(self, slot: int, alloc: Allocation, names: list[str],
+                     vc: int) -> tuple[list[float], list[int], bool, int]:
+        """An entry per node of ``alloc`` (``names``, in order) with its amounts added to the node's
+        use: what the allocation holds in all, its entries, and whether and whose nodes it borrows."""
+        res_index, used, e_res = self.res_index, self.used, self.e_res
+        width = len(self.res_names)
+        few = width <= FEW_RESOURCES
+        held = [0.0] * width
         entries: list[int] = []
         on_borrowed = False
         borrow_home = NO_VC
         for nname in names:
             node = self.node_index[nname]
-            amounts = [0.0] * len(held)
+            amounts = [0.0] * width
             for r, amount in alloc.placement[nname].items():
                 amounts[res_index[r]] = float(amount)
             if self._free_entries:
@@ -86,27 +101,30 @@ class SnapshotUpdates(SnapshotBuild):
             else:
                 if self._next_entry >= len(self.e_alloc):
                     self._grow_entries()
+                    e_res = self.e_res
                 e = self._next_entry
                 self._next_entry += 1
             self.e_alloc[e], self.e_node[e], self.e_alive[e] = slot, node, True
-            self._put_row(self.e_res, e, amounts)
             entries.append(e)
-            for j, amount in enumerate(amounts):
-                held[j] += amount
-            self._add_row(self.used, node, amounts, 1.0)
+            if few:  # element by element: the same IEEE sums as the rows' operations
+                for j, amount in enumerate(amounts):
+                    e_res[e, j] = amount
+                    used[node, j] = used.item(node, j) + amount
+                    held[j] += amount
+            else:
+                e_res[e] = amounts
+                used[node] += amounts
+                held = [h + a for h, a in zip(held, amounts, strict=True)]
             self.count[node] += 1
             self._node_log.append(node)
+            if not self.vc_names:
+                continue  # no vCluster: every node's home and borrower are NO_VC
             home = int(self.node_vc[node])
             if home != NO_VC and home != vc:
                 on_borrowed = True
             if vc != NO_VC and home != NO_VC and int(self.node_bb[node]) == vc:
                 borrow_home = home if borrow_home in (NO_VC, home) else MIXED
-        self.a_entries[slot] = entries
-        self._put_row(self.a_held, slot, held)
-        self._add_row(self.t_used, tenant, held, 1.0)
-        self.a_on_borrowed[slot] = on_borrowed
-        self.a_borrow_home[slot] = borrow_home
-        self.version += 1
+        return held, entries, on_borrowed, borrow_home
 
     def _write_slot(self, slot: int, alloc: Allocation, tenant: int, vc: int) -> None:
         """The slot's own columns: what ``alloc`` says of itself, apart from its placement. A
