@@ -195,9 +195,14 @@ class SnapshotUpdates(SnapshotBuild):
             return None
         alloc = self.objs[slot]
         e_res, used = self.e_res, self.used
+        few = len(self.res_names) <= FEW_RESOURCES
         for e in self.a_entries.pop(slot):
             node = int(self.e_node[e])
-            self._add_row(used, node, e_res[e].tolist(), -1.0)
+            if few:
+                for j, amount in enumerate(e_res[e].tolist()):
+                    used[node, j] = used.item(node, j) - amount
+            else:
+                used[node] -= e_res[e]
             self.count[node] -= 1
             self._node_log.append(node)
             self.e_alive[e] = False
