@@ -18,40 +18,40 @@ def _non_ascii(value: Any) -> bool:
     return isinstance(value, str) and not value.isascii()
 
 
-class IntegerField(forms.IntegerField):
+class _AsciiFormField:
+    """Mixed into a Django number field: text with other than ASCII characters is not a number."""
+
+    error_messages: dict[str, Any]
+
+    def to_python(self, value: Any) -> Any:
+        if _non_ascii(value):
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return super().to_python(value)  # type: ignore[misc]
+
+
+class _AsciiInput:
+    """Mixed into a DRF number field: the same (a JSON number is one already)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if _non_ascii(data):
+            self.fail("invalid")  # type: ignore[attr-defined]
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class IntegerField(_AsciiFormField, forms.IntegerField):
     """``forms.IntegerField`` reading ASCII digits only."""
 
-    def to_python(self, value: Any) -> int | None:
-        if _non_ascii(value):
-            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
-        return super().to_python(value)  # type: ignore[no-any-return]
 
-
-class IntegerInput(serializers.IntegerField):
-    """``serializers.IntegerField`` reading ASCII digits only (a JSON number is one already)."""
-
-    def to_internal_value(self, data: Any) -> int:
-        if _non_ascii(data):
-            self.fail("invalid")
-        return super().to_internal_value(data)  # type: ignore[no-any-return]
-
-
-class FloatField(forms.FloatField):
+class FloatField(_AsciiFormField, forms.FloatField):
     """``forms.FloatField`` reading ASCII digits only."""
 
-    def to_python(self, value: Any) -> float | None:
-        if _non_ascii(value):
-            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
-        return super().to_python(value)  # type: ignore[no-any-return]
+
+class IntegerInput(_AsciiInput, serializers.IntegerField):
+    """``serializers.IntegerField`` reading ASCII digits only."""
 
 
-class FloatInput(serializers.FloatField):
-    """``serializers.FloatField`` reading ASCII digits only (a JSON number is one already)."""
-
-    def to_internal_value(self, data: Any) -> float:
-        if _non_ascii(data):
-            self.fail("invalid")
-        return super().to_internal_value(data)  # type: ignore[no-any-return]
+class FloatInput(_AsciiInput, serializers.FloatField):
+    """``serializers.FloatField`` reading ASCII digits only."""
 
 
 def model_formfield(field: models.Field, **kwargs: Any) -> forms.Field | None:
