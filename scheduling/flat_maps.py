@@ -2,14 +2,13 @@
 hello's capacity, a request's label constraints), bounded so that a deep or huge document is
 refused with the field named rather than stored: labels map at most ``MAX_LABELS`` names of 1 to
 ``MAX_LABEL_KEY`` characters to strings of at most ``MAX_LABEL_VALUE``; a capacity maps at most
-``MAX_RESOURCES`` resource names to numbers from 0 to ``MAX_AMOUNT``. No Lattice imports: the
-agent protocol's parser uses it."""
+``MAX_RESOURCES`` resource names to numbers from 0 to ``MAX_AMOUNT``. No Lattice imports, and
+nothing of Django outside ``validate_labels``: the agent protocol's parser uses it, and the agent
+imports nothing of Django."""
 
 from __future__ import annotations
 
 import math
-
-from django.core.exceptions import ValidationError
 
 MAX_LABELS = 64
 MAX_LABEL_KEY = 128
@@ -52,6 +51,8 @@ def capacity_problem(value: object) -> str | None:
 
 def validate_labels(value: object) -> None:
     """``labels_problem`` as a model or serializer field's validator."""
+    from django.core.exceptions import ValidationError  # (the server's side only)
+
     problem = labels_problem(value)
     if problem is not None:
         raise ValidationError(problem, code="invalid")
