@@ -179,3 +179,19 @@ def no_kept_snapshots():
     yield
     snapshot_cache.forget()
     budget.forget_use()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test database, with the connections tests' threads left open ended before
+    it is dropped: an agent socket's work runs in a thread pool of the test's event loop, each
+    thread with its own connection, and a thread ended with its loop never closes it (on
+    PostgreSQL the drop then fails, "being accessed by other users")."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cur:
+        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()")
