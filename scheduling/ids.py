@@ -5,11 +5,13 @@ as another number), and within what the database's bigint ids hold. No imports: 
 from __future__ import annotations
 
 MAX_ID = 2**63 - 1  # the largest id the database stores
+MAX_DIGITS = len(str(MAX_ID))
 
 
 def decimal(text: str) -> bool:
-    """Whether ``text`` is ASCII digits (at least one)."""
-    return text.isascii() and text.isdigit()
+    """Whether ``text`` is ASCII digits, at least one and no more than the largest id has: a
+    longer number is no id or index Lattice holds, and past 4,300 digits ``int()`` refuses it."""
+    return 0 < len(text) <= MAX_DIGITS and text.isascii() and text.isdigit()
 
 
 def row_id(text: str) -> int | None:
