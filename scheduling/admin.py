@@ -37,7 +37,7 @@ class AuditedAdmin(admin.ModelAdmin):
     """Writes a PolicyChange (who, when, before, after, why) for each add, edit, delete."""
 
     form = AuditedModelForm
-    formfield_overrides = ADMIN_OVERRIDES  # integers: ASCII digits only
+    formfield_overrides = ADMIN_OVERRIDES  # numbers: ASCII digits only
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)

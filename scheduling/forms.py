@@ -29,19 +29,19 @@ POLICY_FIELDS: list[tuple[str, forms.Field, tuple[str, ...] | None]] = [
     ("enabled", forms.BooleanField(required=False, initial=True), None),
     ("mode", forms.ChoiceField(choices=_choices(MODES), initial="suspend"), None),
     ("max_victims", IntegerField(required=False, min_value=0, initial=3,
-                                       help_text="Blank: no limit."), None),
+                                 help_text="Blank: no limit."), None),
     ("near_completion_minutes", FloatField(min_value=0, initial=5), None),
     ("min_runtime_minutes", FloatField(min_value=0, initial=0), None),
     ("max_preemptions_per_job", IntegerField(required=False, min_value=0,
-                                                   help_text="Blank: no limit."), None),
+                                             help_text="Blank: no limit."), None),
     ("reclaim_rule", forms.ChoiceField(choices=_choices(RECLAIM_RULES), initial="any"), None),
     ("checkpoint_timeout_minutes", FloatField(min_value=0, initial=10), ("class_cost",)),
     ("max_deferral_minutes", FloatField(min_value=0, max_value=1440, initial=5, help_text=(
         "Checkpoint deferrals an application may ask for, in total per checkpoint; then it is forced.")),
      None),
     ("borrowed_risk", FloatField(required=False, min_value=0, max_value=1, initial=0,
-                                       help_text="Work on a borrowed node: its checkpoint cost is discounted by "
-                                                 "this share (0 to 1; blank or 0: none)."), ("class_cost",)),
+                                 help_text="Work on a borrowed node: its checkpoint cost is discounted by "
+                                           "this share (0 to 1; blank or 0: none)."), ("class_cost",)),
     ("preemptible_priority", IntegerField(required=False, min_value=0, max_value=100), ("priority",)),
     ("victim_scope", forms.ChoiceField(choices=_choices(VICTIM_SCOPES), initial="resource_group"), ("priority",)),
     ("preemption_order", forms.ChoiceField(choices=_choices(PREEMPTION_ORDERS), initial="newest"), ("priority",)),

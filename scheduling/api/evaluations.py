@@ -29,7 +29,7 @@ class EvaluationInput(RefuseUnknown, serializers.Serializer):
     resource_group = serializers.SlugRelatedField(slug_field="name", queryset=ResourceGroup.objects.all())
     policy = serializers.JSONField(help_text="The edited policy: the whole document, as the group's policy.")
     days = IntegerInput(min_value=MIN_DAYS, max_value=MAX_DAYS, default=7,
-                                    help_text="Replay the group's history of this many days, up to now.")
+                        help_text="Replay the group's history of this many days, up to now.")
 
     def validate_policy(self, value: Any) -> dict[str, Any]:
         checked = PolicyInput(data={"policy": value})  # the engine's parser, errors by path

@@ -135,7 +135,7 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
                                          help_text="none by default (also in the CLI and the web form)")
     checkpoint_minutes = FloatInput(min_value=0, max_value=1440, default=5)
     walltime_minutes = FloatInput(min_value=0.01, max_value=MAX_DURATION_MINUTES, required=False,
-                                              allow_null=True, default=None, help_text="At most a century.")
+                                  allow_null=True, default=None, help_text="At most a century.")
     sensitive = serializers.BooleanField(default=False)
     preemptible = serializers.BooleanField(default=True)
     exclusive = serializers.BooleanField(default=False)

@@ -22,7 +22,7 @@ from .usage import UsageSample, UsageScope
 
 __all__ = [
     "Allocation", "AllocationEvent", "ApiToken", "DecisionAudience", "EvaluationStatus", "JobArray", "Membership", "MetricRollup",
-    "Placement", "PlacementDevice", "PolicyChange", "PolicyEvaluation", "PreemptionDecision", "REASON_MAX_LENGTH", "PriorityPolicy", "Quota",
+    "Placement", "PlacementDevice", "PolicyChange", "PolicyEvaluation", "PreemptionDecision", "PriorityPolicy", "Quota", "REASON_MAX_LENGTH",
     "ResourceGroup", "SessionType", "SnapshotChange", "Tenant", "priority_policy",
     "TenantShare", "UsageSample", "UsageScope", "VCluster",
 ]

@@ -33,7 +33,7 @@ class EvaluationForm(PolicyForm):
     group's history to replay (the reason is ignored: nothing is saved)."""
 
     days = IntegerField(min_value=MIN_DAYS, max_value=MAX_DAYS, initial=DEFAULT_DAYS,
-                              label="Evaluate on the last", help_text=f"days ({MIN_DAYS} to {MAX_DAYS})")
+                        label="Evaluate on the last", help_text=f"days ({MIN_DAYS} to {MAX_DAYS})")
 
 
 def editor_context(group: ResourceGroup, *, days: Any = DEFAULT_DAYS, days_errors: Any = None,

@@ -124,7 +124,7 @@ class ReasonedForm(forms.ModelForm):
 
 class VClusterForm(ReasonedForm):
     class Meta:
-        formfield_callback = model_formfield  # integers: ASCII digits only
+        formfield_callback = model_formfield  # numbers: ASCII digits only
         model = VCluster
         fields = ["type", "allow_lending", "allow_borrowing", "max_borrow_pct", "allow_aggressive_preemption",
                   "weights"]
@@ -172,7 +172,7 @@ class OverrideForm(forms.Form):
     action = forms.ChoiceField(choices=[("protect", "protect"), ("force_preempt", "force preempt")])
     until = forms.DateTimeField(required=False)
     hours = FloatField(required=False, min_value=0.01, max_value=24 * 90,
-                             help_text="protect for this long from now (instead of until)")
+                       help_text="protect for this long from now (instead of until)")
     reason = forms.CharField(max_length=REASON_MAX_LENGTH)
 
     def clean_until(self) -> datetime | None:

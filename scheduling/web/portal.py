@@ -209,9 +209,9 @@ class SubmitForm(forms.Form):
     gpus_per_node = IntegerField(min_value=0, initial=8, label="GPUs per node")
     preemption_class = IntegerField(min_value=0, max_value=10, initial=3)
     priority = IntegerField(min_value=0, max_value=100, required=False,
-                                  help_text="Blank: your tenant's default priority.")
+                            help_text="Blank: your tenant's default priority.")
     rank = IntegerField(min_value=1, max_value=10000, required=False,
-                              help_text="Blank: the session type's rank.")
+                        help_text="Blank: the session type's rank.")
     checkpoint = forms.ChoiceField(choices=[("auto", "auto"), ("manual", "manual"), ("none", "none")],
                                    initial="none")
     walltime_minutes = FloatField(required=False, min_value=0.01, max_value=MAX_DURATION_MINUTES)

@@ -1,6 +1,7 @@
 """The reason a page's form gives for a change (kept in the audit log and a job's history), read
 from the POST with the limits the API's ``ReasonInput`` has: a form field's own (Django's
-``CharField`` refuses NUL, which PostgreSQL refuses in text) of at most 2,000 characters."""
+``CharField`` refuses NUL, which PostgreSQL refuses in text) of at most ``REASON_MAX_LENGTH``
+characters."""
 
 from __future__ import annotations
 

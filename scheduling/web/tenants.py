@@ -33,7 +33,7 @@ class QuotaPolicyForm(forms.ModelForm):
                              help_text="Why this change (needed to save); kept in the audit log.")
 
     class Meta:
-        formfield_callback = model_formfield  # integers: ASCII digits only
+        formfield_callback = model_formfield  # numbers: ASCII digits only
         model = Quota
         fields = QUOTA_FIELDS
         help_texts = {
