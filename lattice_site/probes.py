@@ -3,7 +3,8 @@
 ``/healthz/live``: the process answers (nothing else is checked: restarting it would not help a
 database outage). ``/healthz/ready``: it can serve: the database answers, every migration is
 applied, and Redis answers when REDIS_URL is set; else 503 naming the check that failed.
-``/healthz`` is the same as ready (it checked the database before the split).
+``/healthz`` is the same as ready (it checked the database before the split). Each answers with
+or without a trailing slash, as probes are written both ways.
 
 This middleware comes first, so a probe is never redirected to HTTPS (a plain-HTTP probe from
 inside the network) nor refused by ALLOWED_HOSTS (a Kubernetes probe sends the pod's IP as its
@@ -85,7 +86,8 @@ class ProbeMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        probe = PROBES.get(request.path_info)
+        path = request.path_info
+        probe = PROBES.get(path[:-1] if path.endswith("/") else path)
         if probe is None:
             return self.get_response(request)
         if request.method not in ("GET", "HEAD"):

@@ -26,7 +26,7 @@ def status(method, path, host):
     body = json.loads(r.content) if r.get("Content-Type") == "application/json" else None
     return [r.status_code, r.get("Location"), body]
 for host in ("10.1.2.3", "lattice.example.org"):
-    for path in ("/healthz/live", "/healthz/ready", "/healthz", "/jobs/"):
+    for path in ("/healthz/live", "/healthz/ready", "/healthz", "/healthz/", "/healthz/live/", "/jobs/"):
         out[f"{path} {host}"] = status("get", path, host)
 out["post live"] = status("post", "/healthz/live", "10.1.2.3")
 call_command("migrate", verbosity=0)
@@ -43,9 +43,10 @@ def test_probes_under_production_settings_over_http_with_an_ip_host(tmp_path):
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.split("RESULT ", 1)[1])
     for host in ("10.1.2.3", "lattice.example.org"):
-        assert out[f"/healthz/live {host}"][:2] == [200, None]
+        for path in ("/healthz/live", "/healthz/live/"):  # with or without the slash, no redirect
+            assert out[f"{path} {host}"][:2] == [200, None]
         # A fresh database: it answers, but nothing is migrated yet.
-        for path in ("/healthz/ready", "/healthz"):
+        for path in ("/healthz/ready", "/healthz", "/healthz/"):
             code, location, body = out[f"{path} {host}"]
             assert (code, location) == (503, None)
             assert body["checks"] == {"database": "ok", "migrations": "failed"}
