@@ -168,6 +168,32 @@ def test_priority_backend_ai(tmp_path, agent_factory, resource_group, vcluster_h
     assert alice_view["code"] == "PREEMPT" and alice_view["victims"][0]["tenant"] == "another tenant"
 
 
+def test_priority_backend_ai_a_stored_default_above_a_narrowed_range(tmp_path, agent_factory, resource_group,  # noqa: F811
+                                                                     vcluster_hpc, tenant_physics, tenant_chemistry):
+    """Backend.AI: bob's own default priority 50 was stored before chemistry's range narrowed to
+    0..3; his sessions get 3, the nearest he may name, so they stay below the threshold 5 and
+    alice's priority-10 session preempts one through its agent (with 50 it could not)."""
+    resource_group.policy = {"kind": "priority", "preemptible_priority": 5, "preemption_order": "newest",
+                             "mode": "terminate"}
+    resource_group.save()
+    Quota.objects.filter(tenant=tenant_chemistry).update(default_priority=2, min_priority=0, max_priority=3)
+    Membership.objects.filter(user__username="bob").update(default_priority=50)  # no check when stored
+    _agents(tmp_path, agent_factory, resource_group, vcluster_hpc, 1)
+    alice, bob = client_for("alice"), client_for("bob")
+
+    held = submitted(bob, per_node={"gpu": 8})
+    assert bob.get(f"/api/v1/allocations/{held}/").json()["priority"] == 3
+    _started_by_agent(held)
+    urgent = submitted(alice, per_node={"gpu": 8}, priority=10)
+    decision = _preempting(resource_group.pk, urgent)
+    assert [(v["id"], v["action"]) for v in decision.victims] == [(str(held), "terminate")]
+    victim = _until(held, "preempted")  # the agent's SIGTERM and exit report
+    assert victim.exit_code == -15 and victim.priority == 3
+    schedule_pass(resource_group.pk)
+    assert _state(urgent) == "running"
+    assert explain(bob, held)["preemptions"][0]["id"] == decision.pk
+
+
 def test_fair_share_ytsaurus(tmp_path, agent_factory, resource_group, vcluster_hpc,  # noqa: F811
                              tenant_physics, tenant_chemistry, operator):
     """YTsaurus: physics fills the group (share 1.0 of a fair share of 0.5); chemistry, with no
