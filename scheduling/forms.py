@@ -17,6 +17,7 @@ from scheduling.engine.model import (
     RECLAIM_RULES,
     VICTIM_SCOPES,
 )
+from scheduling.models import REASON_MAX_LENGTH
 
 
 def _choices(values: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -129,7 +130,7 @@ class PolicyForm(PolicyFieldsMixin):
 
     # Not required by the form: a preview needs none (a browser would refuse to send the preview
     # without one); the editor's save asks for it (``reason_missing``).
-    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False, max_length=REASON_MAX_LENGTH,
                              help_text="Why this change (needed to save); kept in the audit log.")
 
     def reason_missing(self) -> bool:

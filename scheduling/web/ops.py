@@ -118,7 +118,7 @@ def policy_editor(request: HttpRequest, name: str) -> HttpResponse:
 class ReasonedForm(forms.ModelForm):
     """A configuration row's form with the reason its save needs (a preview needs none)."""
 
-    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False, max_length=REASON_MAX_LENGTH,
                              help_text="Why this change (needed to save); kept in the audit log.")
 
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from scheduling.actions.policies import config_save, snapshot
 from scheduling.ascii_numbers import model_formfield
-from scheduling.models import Membership, Quota, Tenant, priority_policy
+from scheduling.models import REASON_MAX_LENGTH, Membership, Quota, Tenant, priority_policy
 from scheduling.permissions import operator_required
 from scheduling.tenant_preview import tenant_preview, words
 
@@ -29,7 +29,7 @@ MEMBER_FIELDS = ["default_priority", "priority_changeable", "min_priority", "max
 
 
 class QuotaPolicyForm(forms.ModelForm):
-    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False, max_length=REASON_MAX_LENGTH,
                              help_text="Why this change (needed to save); kept in the audit log.")
 
     class Meta:
