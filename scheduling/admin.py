@@ -139,6 +139,19 @@ class TenantAdmin(AuditedAdmin):
     search_fields = ["name", "display_name"]
     inlines = [QuotaInline, MembershipInline]
 
+    def _create_formsets(self, request: HttpRequest, obj: Any, change: bool) -> Any:
+        """The quota and the members are edited in one post: each member's default priority is
+        checked against the tenant's range as this post saves it (as the console's tenant editor
+        does), not the one stored. The quota's inline is validated first, which fills its instance."""
+        formsets, inline_instances = super()._create_formsets(request, obj, change)
+        quotas = [form.instance for formset in formsets if formset.model is Quota for form in formset.forms]
+        if quotas:
+            for formset in formsets:
+                if formset.model is Membership:
+                    for form in formset.forms:
+                        form.instance.quota_in_effect = quotas[0]
+        return formsets, inline_instances
+
 
 @admin.register(Quota)
 class QuotaAdmin(AuditedAdmin):

@@ -107,3 +107,43 @@ def test_submission_never_hands_out_a_default_the_member_could_not_name(api_for,
     Membership.objects.filter(pk=alice_member.pk).update(default_priority=None, min_priority=30, max_priority=40)
     made = alice.post("/api/v1/allocations/", JOB, content_type="application/json")
     assert Allocation.objects.get(pk=made.json()["id"]).priority == 30
+
+
+def _tenant_admin_post(client, tenant):
+    """The admin's tenant page (the tenant, its quota and its members in one form) as it posts it."""
+    url = f"/admin/scheduling/tenant/{tenant.pk}/change/"
+    page = client.get(url)
+    data = {name: value for name, value in page.context["adminform"].form.initial.items() if value}
+    for inline in page.context["inline_admin_formsets"]:
+        formset = inline.formset
+        data.update({f"{formset.prefix}-{k}": v for k, v in formset.management_form.initial.items()})
+        for form in formset.forms:
+            for name in form.fields:
+                value = form[name].value()
+                if value is True:
+                    data[f"{form.prefix}-{name}"] = "on"
+                elif value not in (None, False):
+                    data[f"{form.prefix}-{name}"] = value
+    data["change_reason"] = "both at once"
+    return url, data
+
+
+def test_the_admin_s_tenant_page_checks_it_against_the_range_as_the_same_post_edits_it(
+        client, django_user_model, alice_member):
+    """The tenant's quota and its members are edited in one post there, as in the console's
+    tenant editor: a member's default is judged against the tenant's range as saved by that post."""
+    client.force_login(django_user_model.objects.create_superuser("root", password="pw-root-123"))
+    tenant = alice_member.tenant
+    url, data = _tenant_admin_post(client, tenant)
+    # Within the stored 5..60, outside the 5..40 this post gives the tenant: refused.
+    refused = client.post(url, {**data, "quota-0-max_priority": "40", "memberships-0-default_priority": "50"})
+    assert refused.status_code == 200
+    [members] = [i.formset for i in refused.context["inline_admin_formsets"] if i.formset.prefix == "memberships"]
+    assert "default_priority" in members.forms[0].errors
+    assert Membership.objects.get(pk=alice_member.pk).default_priority is None
+    assert Quota.objects.get(tenant=tenant).max_priority == 60
+    # Outside the stored range, within the 5..90 this post gives the tenant: saved.
+    saved = client.post(url, {**data, "quota-0-max_priority": "90", "memberships-0-default_priority": "80"})
+    assert saved.status_code == 302
+    assert Membership.objects.get(pk=alice_member.pk).default_priority == 80
+    assert Quota.objects.get(tenant=tenant).max_priority == 90
