@@ -98,10 +98,11 @@ def agent_token_simulated(*, node: Node) -> str:
     """A token for the node's simulated agent (run_agent --simulate-all): the earlier tokens it was
     given are revoked, tokens issued by hand (agent_token) or by an operator are left valid."""
     with transaction.atomic():
-        revoked = AgentToken.objects.filter(node=node, simulated=True, revoked_at__isnull=True) \
-            .update(revoked_at=timezone.now())
-        if revoked:  # a simulated agent still running from the previous demo leaves
-            agent_revoked_on_commit(node.name)
+        earlier = list(AgentToken.objects.select_for_update()
+                       .filter(node=node, simulated=True, revoked_at__isnull=True).values_list("pk", flat=True))
+        if earlier:  # a simulated agent still running from the previous demo leaves; a real one stays
+            AgentToken.objects.filter(pk__in=earlier).update(revoked_at=timezone.now())
+            agent_revoked_on_commit(node.name, tokens=earlier)
         return AgentToken.issue(node=node, simulated=True)
 
 
@@ -117,8 +118,15 @@ def agent_token_replace(*, node: Node, actor: Any, reason: str = "") -> str:
 
 
 def agent_authenticate(token: str) -> Node | None:
+    found = agent_credential(token)
+    return found[0] if found is not None else None
+
+
+def agent_credential(token: str) -> tuple[Node, int] | None:
+    """The node ``token`` authenticates, and the token's id (its connection is closed when that
+    token is revoked, not when another of the node's is); None for no valid token."""
     found = AgentToken.lookup(token, "node")
-    return found.node if found is not None else None
+    return (found.node, found.pk) if found is not None else None
 
 
 # -- reports -------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ def in_pool(fn: Any) -> Any:
 
 class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
     node: Node | None = None
+    token_id: int | None = None  # the id of the token it authenticated with
     closing = False  # closed by the server: frames still queued from the agent are not applied
     since: list[Any]  # when it was authenticated, and its channel (ties): the newest connection stays
     health_key: tuple[Any, ...] | None = None  # the GPU health last judged or stored, and when (_health_due)
@@ -48,11 +49,12 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         token = _bearer(self.scope)
-        node = await in_pool(actions.agent_authenticate)(token) if token else None
-        if node is None:
+        credential = await in_pool(actions.agent_credential)(token) if token else None
+        if credential is None:
             await self.accept()
             await self.close(code=CLOSE_AUTH)
             return
+        node, self.token_id = credential
         self.node = node
         self.group = agent_group(node.name)
         self.frames: deque[float] = deque()
@@ -163,7 +165,11 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
     async def agent_revoked(self, message: dict[str, Any]) -> None:
         """The node's tokens were revoked: this connection's token is no longer good. (A connection
-        made with a token issued in the same transaction joins the group after this is sent.)"""
+        made with a token issued in the same transaction joins the group after this is sent.) When
+        the message names the revoked tokens, a connection made with another token stays."""
+        tokens = message.get("tokens")
+        if tokens is not None and self.token_id not in tokens:
+            return
         await self._close(CLOSE_AUTH)
 
     async def _close(self, code: int) -> None:

@@ -145,10 +145,14 @@ def agent_commands_on_commit(commands: list[tuple[str, Command]]) -> None:
     transaction.on_commit(lambda: _send_all(messages, f"{len(messages)} agent commands"))
 
 
-def agent_revoked_on_commit(node_name: str) -> None:
+def agent_revoked_on_commit(node_name: str, tokens: list[int] | None = None) -> None:
     """Once the transaction commits, close the node's agent connections that authenticated with a
-    token since revoked (4401), in whichever process holds them."""
-    transaction.on_commit(lambda: _send_all([(agent_group(node_name), {"type": "agent.revoked"})],
+    token since revoked (4401), in whichever process holds them: every token of the node, or only
+    those with the ids ``tokens`` (a connection made with another token of the node stays)."""
+    message: dict[str, Any] = {"type": "agent.revoked"}
+    if tokens is not None:
+        message["tokens"] = list(tokens)
+    transaction.on_commit(lambda: _send_all([(agent_group(node_name), message)],
                                             f"token revocation of {node_name}"))
 
 

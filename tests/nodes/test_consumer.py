@@ -548,6 +548,47 @@ def test_a_revoked_token_s_connection_is_closed_with_4401_and_the_new_token_conn
     assert connected and ok["type"] == "ack"
 
 
+def test_a_demo_restart_closes_only_its_own_agents_connections(agent_node):
+    """``run_agent --simulate-all`` revokes only the tokens it gave simulated agents: an agent
+    connected with a token issued by hand is not told its token was revoked (4401, on which it
+    stops for good), and the previous demo's simulated agent is."""
+    from nodes.actions import agent_token_simulated
+
+    node, by_hand = agent_node
+
+    async def scenario():
+        first = await database_sync(lambda: agent_token_simulated(node=node))
+        simulated = _comm(first)
+        await simulated.connect()
+        real = _comm(by_hand)
+        await real.connect()  # the newest connection of the node: the simulated one is replaced
+        replaced = await simulated.receive_output(timeout=5)
+        await database_sync(lambda: agent_token_simulated(node=node))  # the demo starts again
+        await real.receive_nothing(timeout=0.5)
+        ok = await _send(real, {"type": "heartbeat", "id": "a", "seq": 1, "running": []})
+        await real.disconnect()
+        return replaced, ok
+
+    replaced, ok = run(scenario)
+    assert replaced == {"type": "websocket.close", "code": 4409}
+    assert ok == {"type": "ack", "id": "a"}
+
+
+def test_a_demo_restart_closes_the_previous_demo_s_agent(agent_node):
+    from nodes.actions import agent_token_simulated
+
+    node, _ = agent_node
+
+    async def scenario():
+        first = await database_sync(lambda: agent_token_simulated(node=node))
+        simulated = _comm(first)
+        await simulated.connect()
+        await database_sync(lambda: agent_token_simulated(node=node))
+        return await simulated.receive_output(timeout=5)
+
+    assert run(scenario) == {"type": "websocket.close", "code": 4401}
+
+
 def test_frames_still_queued_when_the_token_is_revoked_change_nothing(agent_node):
     """Frames an agent sent before its token's revocation reached it arrive after the connection
     was closed (they were in flight, or queued behind the close): none of them is applied. (Frames
