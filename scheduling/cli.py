@@ -50,7 +50,7 @@ from scheduling.cli_format import (
     score_lines,
     usage_output,
 )
-from scheduling.ids import decimal
+from scheduling.ids import decimal, row_id
 from scheduling.version import version
 
 
@@ -66,7 +66,10 @@ def _no_constant(name: str) -> Any:
 
 
 def finite(text: str) -> float:
-    """A float argument, or a job file's number, that JSON can carry (not nan or inf; 1e400 reads as inf)."""
+    """A float argument, or a job file's number, that JSON can carry (not nan or inf; 1e400 reads as inf),
+    in ASCII (``float()`` also reads "١.٥" as 1.5 and "1_0" as 10)."""
+    if not text.isascii() or "_" in text:
+        raise ValueError(f"{text} is not a number in ASCII digits")
     value = float(text)
     if not math.isfinite(value):
         raise ValueError(f"{text} is not a finite number")
@@ -104,6 +107,22 @@ def job_document(args: argparse.Namespace) -> dict[str, Any]:
     if not doc.get("per_node"):
         raise Usage("a job needs resources per node: --gpus, --cpus or --memory, or per_node in --file")
     return doc
+
+
+def whole(text: str) -> int:
+    """An integer argument: ASCII digits, a sign allowed (the server judges the range), as the
+    server reads numbers; ``int()`` also reads "١٢" or "１２" as 12, and "1_2" too."""
+    if not decimal(text.removeprefix("-")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer in ASCII digits")
+    return int(text)
+
+
+def job_id(text: str) -> int:
+    """A job's id: ASCII digits, an id the database can hold (scheduling/ids.py)."""
+    value = row_id(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id (ASCII digits)")
+    return value
 
 
 DEPENDENCY_TYPES = ("afterok", "afterany", "afternotok")
@@ -279,12 +298,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--group", help="resource group")
     s.add_argument("--vcluster")
     s.add_argument("--session-type")
-    s.add_argument("--nodes", type=int)
-    s.add_argument("--gpus", type=int, help="per node")
-    s.add_argument("--cpus", type=int, help="per node")
-    s.add_argument("--memory", type=int, help="per node")
-    s.add_argument("--class", dest="klass", type=int, help="preemption class 0..10")
-    s.add_argument("--priority", type=int)
+    s.add_argument("--nodes", type=whole)
+    s.add_argument("--gpus", type=whole, help="per node")
+    s.add_argument("--cpus", type=whole, help="per node")
+    s.add_argument("--memory", type=whole, help="per node")
+    s.add_argument("--class", dest="klass", type=whole, help="preemption class 0..10")
+    s.add_argument("--priority", type=whole)
     s.add_argument("--checkpoint", choices=["auto", "manual", "none"],
                    help="default: none (the server's default, as on the web form)")
     s.add_argument("--walltime", type=finite, help="minutes")
@@ -315,7 +334,7 @@ def parser() -> argparse.ArgumentParser:
                        ("hold", "hold pending work"), ("release", "release a hold"),
                        ("requeue", "operators: stop running work and queue it again")):
         one = sub.add_parser(name, help=text)
-        one.add_argument("id", type=int)
+        one.add_argument("id", type=job_id)
         if name in ("hold", "release", "requeue"):
             one.add_argument("--reason", help="kept in the audit log (operators must give one)")
     return p

@@ -144,3 +144,19 @@ def test_ctrl_c_is_exit_130_without_a_traceback(token, capsys, monkeypatch):
     monkeypatch.setattr("scheduling.cli.Client.call", interrupted)
     assert main(["--url", NOWHERE, "list"], out=io.StringIO()) == 130
     assert _one_line_error(capsys) == "lattice: interrupted\n"
+
+
+@pytest.mark.parametrize("argv", [
+    ["cancel", "١٢"],  # Arabic-Indic 12: int() reads it as job 12
+    ["cancel", "１２"],  # fullwidth
+    ["cancel", "1_2"],  # int() reads the underscore as a separator: 12
+    ["show", "1" * 5000],
+    ["submit", "--gpus", "١", "--", "run"],
+    ["submit", "--gpus", "1", "--nodes", "1_0", "--", "run"],
+    ["submit", "--gpus", "1", "--walltime", "١.٥", "--", "run"],
+])
+def test_numbers_on_the_command_line_are_ascii_digits(token, capsys, argv):
+    """As every number the server reads (scheduling/ids.py, scheduling/ascii_numbers.py): another
+    job's id or a count is never read from other digits, and nothing is sent (exit 2, not 1)."""
+    assert main(["--url", NOWHERE, *argv], out=io.StringIO()) == 2
+    assert "Traceback" not in capsys.readouterr().err
