@@ -227,7 +227,7 @@ class Agent(Work):
             # Signalled before the next frame is read: a start that follows is a new run.
             if self._signal(frame["allocation"], signal.SIGTERM, "terminated"):
                 asyncio.get_running_loop().create_task(
-                    self._kill_after(frame["allocation"], float(frame["grace_s"])))
+                    self._kill_after(frame["allocation"], agent_commands.grace_s(frame)))
         elif kind == "kill":
             self._signal(frame["allocation"], signal.SIGKILL, "killed")
 

@@ -19,6 +19,7 @@ from nodes.protocol import is_allocation_id
 
 MIN_HEARTBEAT_S, MAX_HEARTBEAT_S = 1, 3600
 MAX_GRACE_S = 24 * 3600
+DEFAULT_GRACE_S = 30  # a terminate without grace_s (the protocol's default)
 
 
 class Ignored(ValueError):
@@ -72,6 +73,12 @@ def _terminate(frame: dict[str, Any]) -> None:
     _number(frame, "grace_s", 0, MAX_GRACE_S)
 
 
+def grace_s(frame: dict[str, Any]) -> float:
+    """A checked ``terminate``'s grace: its own, or the protocol's default when it gives none."""
+    value = frame.get("grace_s")
+    return DEFAULT_GRACE_S if value is None else float(value)
+
+
 def _strings(value: Any) -> bool:
     """Strings, each one a process can be given (no NUL: exec and getpwnam refuse it)."""
     return all(isinstance(v, str) and "\x00" not in v for v in value)
@@ -98,7 +105,9 @@ def _start(frame: dict[str, Any]) -> None:
     if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
         raise Ignored("devices must be a list of objects")
     where = PurePosixPath(frame.get("checkpoint_dir", "checkpoints"))
-    if where.is_absolute() or ".." in where.parts:
+    if where.is_absolute() or ".." in where.parts or not where.parts:
+        # Not the work directory itself either ("" or "."): it holds the agent's own state, and
+        # an allocation's directory is handed to the job's user.
         raise Ignored("checkpoint_dir must be a path within the agent's work directory")
 
 

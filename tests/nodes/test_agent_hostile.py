@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -102,7 +103,9 @@ def test_frames_it_cannot_act_on_are_logged_and_the_next_one_is_run(tmp_path):
            json.dumps(_start("../6")), json.dumps(_start("7", checkpoint_dir=str(outside))),
            json.dumps(_start("8", checkpoint_dir="../../outside")),
            json.dumps(_start("9", command=[sys.executable, "-c", "pass\x00"])),
-           json.dumps(_start("10", allow_root="false", user="root"))]
+           json.dumps(_start("10", allow_root="false", user="root")),
+           # the work directory itself, which holds the agent's state: never handed to a job's user
+           json.dumps(_start("12", checkpoint_dir="")), json.dumps(_start("13", checkpoint_dir="."))]
     plane = ControlPlane([json.dumps({"type": "welcome", "node": "n", "heartbeat_interval_s": 10}), *bad,
                           json.dumps(_start("11"))])
     token = tmp_path / "token"
@@ -121,6 +124,28 @@ def test_frames_it_cannot_act_on_are_logged_and_the_next_one_is_run(tmp_path):
     assert plane.hellos == 1 and "Traceback" not in out, out
     assert out.count("ignored a frame from the control plane") == len(bad), out
     assert not outside.exists() and not (tmp_path / "work" / "checkpoints" / "6").exists()
+
+
+@pytest.mark.parametrize("given, waits", [({}, 30.0), ({"grace_s": None}, 30.0), ({"grace_s": 0}, 0.0),
+                                          ({"grace_s": 5}, 5.0)])
+def test_a_terminate_without_grace_s_kills_after_the_protocol_s_30_seconds(tmp_path, given, waits):
+    """SIGTERM, then SIGKILL after the frame's grace, or the protocol's 30 s when it names none;
+    before, a terminate without ``grace_s`` raised after the SIGTERM, and SIGKILL never came."""
+    agent = Agent("ws://unused/", "t", tmp_path)
+    signalled, kills = [], []
+    agent._signal = lambda alloc, sig, why: signalled.append((alloc, sig)) or True  # type: ignore[method-assign]
+
+    async def kill_after(alloc, grace):
+        kills.append((alloc, grace))
+
+    agent._kill_after = kill_after  # type: ignore[method-assign]
+
+    async def run():
+        await agent.handle({"type": "terminate", "allocation": "3", **given})
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
+    assert signalled == [("3", signal.SIGTERM)] and kills == [("3", waits)]
 
 
 def _reports(agent: Agent) -> list:
