@@ -7,7 +7,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
-from scheduling.flat_maps import validate_labels
+from scheduling.flat_maps import labels_problem, validate_labels
 from scheduling.models.secrets import HashedToken
 
 
@@ -82,6 +82,11 @@ class Node(models.Model):
         return self.name
 
     def clean(self) -> None:
+        # Here too, not only as the field's validator: a field skips its validators for an empty
+        # value ([], "", None), and those are no mapping either.
+        problem = labels_problem(self.labels)
+        if problem is not None:
+            raise ValidationError({"labels": problem})
         if self.vcluster is not None and self.vcluster.resource_group_id != self.resource_group_id:
             raise ValidationError({"vcluster": "must be a vCluster of the node's resource group"})
 

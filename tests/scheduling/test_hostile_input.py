@@ -280,7 +280,8 @@ def test_huge_label_constraints_are_a_field_error(alice, labels):
     assert not Allocation.objects.exists()
 
 
-@pytest.mark.parametrize("labels", [{"rack": {"row": "1"}}, {f"k{i}": "v" for i in range(65)}, ["a"]])
+@pytest.mark.parametrize("labels", [{"rack": {"row": "1"}}, {f"k{i}": "v" for i in range(65)}, ["a"],
+                                    [], "", None])  # empty values skip a field's validators
 def test_a_node_s_labels_must_be_a_bounded_flat_mapping(two_nodes, labels):
     from django.core.exceptions import ValidationError
 
