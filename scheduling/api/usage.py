@@ -61,7 +61,16 @@ class UsageQuery(serializers.Serializer):
         return fields
 
     def validate_tenant(self, value: str) -> Tenant:
-        tenant = Tenant.objects.filter(name=value).first()
+        user = self.context.get("user")
+        named = Tenant.objects.filter(name=value)
+        if user is not None and not is_operator(user):
+            # Among the member's own tenants only: another tenant's name and a name that exists
+            # nowhere read alike (403), so the answer does not tell which tenants exist.
+            tenant = named.filter(pk__in=tenant_ids(user)).first()
+            if tenant is None:
+                raise PermissionDenied("you may read your own tenants' usage only")
+            return tenant
+        tenant = named.first()
         if tenant is None:
             raise serializers.ValidationError("no such tenant")
         return tenant
@@ -117,7 +126,7 @@ class UsageView(FormatChecked):
             "rows": serializers.ListField(child=serializers.DictField())})},
         summary="GPU-hours and node-hours per tenant, user, vCluster, resource group and day")
     def get(self, request: Request) -> Response:
-        query = UsageQuery(data=request.query_params)
+        query = UsageQuery(data=request.query_params, context={"user": request.user})
         query.is_valid(raise_exception=True)
         params = query.validated_data
         visible: list[int] | None = None if is_operator(request.user) else tenant_ids(request.user)
