@@ -9,6 +9,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -44,9 +45,19 @@ from scheduling.selectors import (
     arrays_visible,
     events_of,
     explanation,
+    tenant_ids,
 )
 from scheduling.start_estimate import start_estimate
 from scheduling.waiting import why_waiting
+
+
+def members_only_cancel(request: Request, tenant_id: int) -> None:
+    """Cancelling is its tenant's members' (an operator who is one cancels as a member): an operator
+    holds, requeues or force-preempts tenants' work, each with a reason and audited, and never
+    cancels it (the job page offers no cancel to a non-member either)."""
+    if tenant_id not in tenant_ids(request.user):
+        raise PermissionDenied("only its tenant's members cancel work; operators hold, requeue or "
+                               "force-preempt it, with a reason")
 
 
 def verb_reason(request: Request, default: str) -> tuple[str, bool]:
@@ -127,6 +138,7 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         alloc = self.get_object()
+        members_only_cancel(request, alloc.tenant_id)
         allocation_cancel(allocation=alloc, actor=request.user)
         return Response(AllocationOutput(allocations_visible(request.user).get(pk=alloc.pk)).data)
 
@@ -194,6 +206,8 @@ class ArrayViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
 
     def _verb(self, request: Request, verb: str) -> Response:
         array = self.get_object()
+        if verb == "cancel":
+            members_only_cancel(request, array.tenant_id)
         reason, operator = verb_reason(request, f"{verb} of the array by its tenant")
         outcome = array_apply(array=array, verb=verb, actor=request.user, reason=reason, operator=operator)
         return Response({**ArrayOutput(array).data, **outcome})
