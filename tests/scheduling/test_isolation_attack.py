@@ -118,3 +118,46 @@ def test_the_admin_login_is_throttled_as_the_login_page_is(client, operator, set
         client.post("/admin/login/", {"username": "op", "password": "wrong", "next": "/admin/"})
     right = client.post("/admin/login/", {"username": "op", "password": "pw-op-123", "next": "/admin/"})
     assert right.status_code == 429
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_user_token_is_no_agent_token_and_an_agent_reports_for_its_own_node_only(
+        operator, two_nodes, make_allocation, vcluster_hpc):
+    import json
+
+    from asgiref.sync import async_to_sync
+    from channels.testing import WebsocketCommunicator
+
+    from lattice_site.asgi import application
+    from nodes.actions import agent_token_issue
+    from scheduling.actions.tokens import api_token_issue
+    from scheduling.models import Placement
+
+    here, there = two_nodes
+    elsewhere = make_allocation(state="running", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc,
+                                started_at=timezone.now(), ran_on=[there.name])
+    Placement.objects.create(allocation=elsewhere, node=there, gpu=8)
+    user_token, agent_token = api_token_issue(user=operator), agent_token_issue(node=here)
+
+    def comm(token):
+        return WebsocketCommunicator(application, "/ws/agent/",
+                                     headers=[(b"authorization", f"Bearer {token}".encode())])
+
+    async def scenario():
+        refused = comm(user_token)
+        await refused.connect()
+        assert await refused.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
+        await refused.disconnect()
+        agent = comm(agent_token)
+        connected, _ = await agent.connect()
+        assert connected
+        await agent.send_to(text_data=json.dumps({"type": "exited", "id": "e1", "allocation": str(elsewhere.pk),
+                                                  "exit_code": 1, "reason": "failed"}))
+        reply = json.loads(await agent.receive_from(timeout=5))
+        await agent.disconnect()
+        return reply
+
+    reply = async_to_sync(scenario)()
+    assert reply["type"] == "error" and reply["code"] == "NOT_ON_THIS_NODE"
+    elsewhere.refresh_from_db()
+    assert elsewhere.state == "running"
