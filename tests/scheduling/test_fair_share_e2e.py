@@ -10,10 +10,11 @@ and the tenant recovers. Every step through the real pass, the real actions and 
 
 from __future__ import annotations
 
-import time
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db.models import F
 
 from nodes.models import Node
 from scheduling.actions.preemption import allocation_checkpoint_done
@@ -31,7 +32,11 @@ from scheduling.passes.run import schedule_pass
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-POLICY = {"kind": "fair_share", "tolerance": 0.8, "starvation_timeout_s": 1, "aggressive_starvation_timeout_s": 60,
+# A starvation timeout no run of the steps before it can outlast on a loaded machine; the test
+# moves biology's mark back past it rather than waiting for it.
+STARVATION_S = 30
+POLICY = {"kind": "fair_share", "tolerance": 0.8, "starvation_timeout_s": STARVATION_S,
+          "aggressive_starvation_timeout_s": 60,
           # within its tenant's fair share (running total <= fair share): never taken
           "preemption_threshold": 1.0, "aggressive_threshold": 1.0, "preemptive_scheduling_backoff_s": 30}
 JOB = {"resource_group": "fs-main", "vcluster": "hpc", "nodes": 1, "per_node": {"gpu": 8, "cpu": 8, "memory": 64},
@@ -104,7 +109,9 @@ def test_a_starving_tenant_preempts_newest_work_above_fair_share(client, fs_grou
     waiting = _explain(client, users["biology"], bio1)["waiting"]
     assert "not been below its fair share long enough" in waiting["explanation"]
 
-    time.sleep(1.2)  # the starvation timeout (1 s) passes
+    # The starvation timeout passes: biology has been below its share for longer than that.
+    TenantShare.objects.filter(resource_group=group, tenant__name="biology").update(
+        below_since=F("below_since") - timedelta(seconds=STARVATION_S + 1))
     result = schedule_pass(group.pk)
     assert result.preempted == 1
     decision = PreemptionDecision.objects.get(preemptor_id=bio1, result="preempt")
