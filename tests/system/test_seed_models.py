@@ -12,9 +12,10 @@ tenant reads of it through the API.
 
 from __future__ import annotations
 
-import time
+from datetime import timedelta
 
 import pytest
+from django.db.models import F
 from django.test import Client
 
 from nodes.actions import agent_token_issue
@@ -34,6 +35,7 @@ from tests.scheduling.seed_e2e import client_for, explain, nodes, states, submit
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 SIM_RUN_S = "600"  # simulated work outlives every test
+STARVATION_S = 30
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +201,9 @@ def test_fair_share_ytsaurus(tmp_path, agent_factory, resource_group, vcluster_h
     """YTsaurus: physics fills the group (share 1.0 of a fair share of 0.5); chemistry, with no
     usage, submits; once the starvation timeout has passed it starts by preempting physics' newest
     work above its share, never a job within it (WITHIN_FAIR_SHARE)."""
-    resource_group.policy = {"kind": "fair_share", "tolerance": 0.8, "starvation_timeout_s": 1,
+    # A starvation timeout no run of the steps before it can outlast on a loaded machine; the test
+    # moves chemistry's mark back past it rather than waiting for it.
+    resource_group.policy = {"kind": "fair_share", "tolerance": 0.8, "starvation_timeout_s": STARVATION_S,
                              "aggressive_starvation_timeout_s": 60, "preemption_threshold": 1.0,
                              "aggressive_threshold": 1.0, "preemptive_scheduling_backoff_s": 30}
     resource_group.save()
@@ -216,7 +220,9 @@ def test_fair_share_ytsaurus(tmp_path, agent_factory, resource_group, vcluster_h
     assert shares["physics"]["share"] == pytest.approx(1.0) and shares["physics"]["status"] == "normal"
     assert PreemptionDecision.objects.filter(preemptor_id=chem).latest("id").code == "NOT_STARVING"
 
-    time.sleep(1.2)  # the starvation timeout (1 s) passes
+    # The starvation timeout passes: chemistry has been below its share for longer than that.
+    TenantShare.objects.filter(resource_group=resource_group, tenant=tenant_chemistry).update(
+        below_since=F("below_since") - timedelta(seconds=STARVATION_S + 1))
     schedule_pass(resource_group.pk)
     decision = _preempting(resource_group.pk, chem)
     assert decision.trigger == "fair_share"
