@@ -60,12 +60,14 @@ def test_preemption_through_the_api_appears_in_the_open_console_without_reload(
     sent = time.monotonic()
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 201
+    # The goal: the preemption is in the open console within 2 seconds of the request.
     page.wait_for_selector("#live-feed li.decision a:has-text('PREEMPT')", timeout=2_000)
     assert time.monotonic() - sent < 2.5
     assert Allocation.objects.get(pk=low.pk).state == "checkpointing"
-    # The victim's state change arrives too, linked to its page and stamped with when it came.
+    # The victim's state change arrives too, linked to its page and stamped with when it came
+    # (no time goal of its own: a loaded machine may take longer).
     change = page.wait_for_selector(f"#live-feed li.allocation-state:has(a[href='/jobs/{low.pk}/'])",
-                                    timeout=2_000)
+                                    timeout=10_000)
     assert "checkpointing" in change.inner_text()
     assert change.query_selector("time[datetime]") is not None
 
