@@ -71,6 +71,7 @@ import os, signal, sys, time
 from nodes.checkpoint import defer, done, progress
 hinted = []
 signal.signal(signal.SIGUSR1, lambda *_: hinted.append(1))
+open(os.path.join(os.environ["LATTICE_CHECKPOINT_DIR"], "ready"), "w").close()  # a hint may come
 while not hinted:
     time.sleep(0.05)
 progress(30, eta_s=2)
@@ -93,7 +94,11 @@ def test_the_agent_relays_a_real_applications_files_in_order_each_once(tmp_path)
         await agent.handle({"type": "start", "allocation": "9", "command": [sys.executable, "-c", APP, "/ckpt/9"],
                             "env": {}, "resources": {}, "resume_from_checkpoint": False,
                             "checkpoint_dir": "checkpoints/9"})
-        await asyncio.sleep(1.0)  # the interpreter is up and has its handler
+        ready = tmp_path / "checkpoints" / "9" / "ready"
+        for _ in range(600):  # the interpreter is up and has its handler (a SIGUSR1 before would end it)
+            if ready.exists():
+                break
+            await asyncio.sleep(0.05)
         hint = {"type": "checkpoint", "allocation": "9", "deadline": "2030-01-01T00:00:00+00:00",
                 "reason": "preempted"}
         await agent.handle(hint)
