@@ -46,6 +46,8 @@ signal.signal(signal.SIGUSR1, checkpoint)
 end = time.time() + float(sys.argv[1])
 while time.time() < end:
     step += 1
+    if step == 1:  # it has its handler and has made progress: a hint may come
+        (d / "running").write_text("")
     time.sleep(0.05)
 '''
 
@@ -155,7 +157,8 @@ def test_preemption_checkpoint_and_resume_through_real_processes(tmp_path, resou
     schedule_pass(resource_group.pk)
     wait_for(lambda: AllocationEvent.objects.filter(allocation=low, reason__startswith="started on gpu-a").exists(),
              30, "the low job to start")
-    time.sleep(0.5)  # let it make progress
+    wait_for((tmp_path / "agent" / "checkpoints" / str(low.pk) / "running").exists, 30,
+             "the low job to make progress with its handler set")
 
     high = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=7, checkpoint="auto",
                            vcluster=vcluster_hpc, command=[sys.executable, str(app), "1"])
@@ -189,8 +192,13 @@ def test_agent_killed_mid_run_resynchronises_without_loss_or_duplicate(tmp_path,
 
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
+    last_heard = type(node_gpu_a).objects.get(pk=node_gpu_a.pk).last_heartbeat_at
     agent_factory(token)
-    time.sleep(3)  # the new agent says hello and reconciles
+    # The new agent says hello and the control plane reconciles in the same transaction; then a
+    # moment for anything the hello's reply made the agent report (a start sent again would be).
+    wait_for(lambda: type(node_gpu_a).objects.get(pk=node_gpu_a.pk).last_heartbeat_at > last_heard, 60,
+             "the new agent's hello")
+    time.sleep(1)
     job.refresh_from_db()
     assert job.state == "running"
     assert not Allocation.objects.filter(requeued_from=job).exists()
