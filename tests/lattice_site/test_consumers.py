@@ -60,7 +60,7 @@ def recorder(settings):
 def test_a_channel_message_waits_for_the_frame_being_handled(recorder):
     async def scenario():
         comm = WebsocketCommunicator(recorder.as_asgi(), "/")
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=10))[0]
         await comm.send_to(text_data="frame")
         await asyncio.sleep(0.05)  # the frame's handler is sleeping now
         await get_channel_layer().group_send(recorder.group, {"type": "note", "text": "note"})
@@ -75,7 +75,7 @@ def test_a_channel_message_waits_for_the_frame_being_handled(recorder):
 def test_frames_are_handled_in_the_order_they_arrive(recorder):
     async def scenario():
         comm = WebsocketCommunicator(recorder.as_asgi(), "/")
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=10))[0]
         for text in ("one", "two", "three"):
             await comm.send_to(text_data=text)
         assert [await comm.receive_from(timeout=5) for _ in range(3)] == ["one", "two", "three"]
@@ -88,7 +88,7 @@ def test_frames_are_handled_in_the_order_they_arrive(recorder):
 def test_a_failing_channel_handler_ends_the_consumer_with_its_error(recorder):
     async def scenario():
         comm = WebsocketCommunicator(recorder.as_asgi(), "/")
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=10))[0]
         await get_channel_layer().group_send(recorder.group, {"type": "boom"})
         with pytest.raises(RuntimeError, match="a handler failed"):
             await comm.receive_output(timeout=5)
@@ -99,7 +99,7 @@ def test_a_failing_channel_handler_ends_the_consumer_with_its_error(recorder):
 def test_a_disconnect_ends_the_consumer_cleanly_and_leaves_the_group(recorder):
     async def scenario():
         comm = WebsocketCommunicator(recorder.as_asgi(), "/")
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=10))[0]
         await comm.disconnect()  # raises if the consumer ended with an error or did not end
         await get_channel_layer().group_send(recorder.group, {"type": "note", "text": "nobody"})
         assert await comm.receive_nothing(timeout=0.2)

@@ -79,7 +79,7 @@ def test_missing_or_wrong_token_is_refused_with_4401_and_changes_nothing(agent_n
     async def scenario():
         for bad in (None, token[:-3] + "abc"):
             comm = _comm(bad)
-            connected, _ = await comm.connect()
+            connected, _ = await comm.connect(timeout=10)
             out = await comm.receive_output(timeout=5)
             assert out == {"type": "websocket.close", "code": 4401}
             await comm.disconnect()
@@ -98,7 +98,7 @@ def test_hello_welcomes_and_reconciles_both_ways(agent_node, make_allocation, vc
 
     async def scenario():
         comm = _comm(token)
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=10))[0]
         await comm.send_to(text_data=json.dumps({
             "type": "hello", "id": "h1", "agent_version": "1.0", "capacity": {"gpu": 8}, "labels": {},
             "running": [{"allocation": str(ended.pk), "phase": "running", "pid": 4}]}))
@@ -122,7 +122,7 @@ def test_heartbeat_sequence_must_increase(agent_node):
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         first = await _send(comm, {"type": "heartbeat", "id": "b1", "seq": 5, "running": []})
         stale = await _send(comm, {"type": "heartbeat", "id": "b2", "seq": 5, "running": []})
         await comm.disconnect()
@@ -143,12 +143,12 @@ def test_a_hello_starts_the_heartbeat_sequence_again(agent_node):
 
     async def scenario():
         before = _comm(token)
-        await before.connect()
+        await before.connect(timeout=10)
         await _hello(before, "h1")
         earlier = await _send(before, {"type": "heartbeat", "id": "b1", "seq": 1_700_000_000_000, "running": []})
         await before.disconnect()
         after = _comm(token)
-        await after.connect()
+        await after.connect(timeout=10)
         await _hello(after, "h2")
         behind = await _send(after, {"type": "heartbeat", "id": "b2", "seq": 1_699_999_000_000, "running": []})
         repeat = await _send(after, {"type": "heartbeat", "id": "b3", "seq": 1_699_999_000_000, "running": []})
@@ -178,7 +178,7 @@ def test_frames_are_handled_without_a_hop_to_the_shared_sync_thread(agent_node, 
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         replies = [await _send(comm, {"type": "heartbeat", "id": f"b{i}", "seq": i, "running": []})
                    for i in range(1, 4)]
         await comm.disconnect()
@@ -223,7 +223,7 @@ def test_malformed_frames_get_bad_frame_and_keep_the_connection(agent_node, raw)
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         await comm.send_to(text_data=raw)
         error = json.loads(await comm.receive_from(timeout=5))
         ok = await _send(comm, {"type": "heartbeat", "id": "after", "seq": 1, "running": []})
@@ -259,7 +259,7 @@ def test_a_hello_with_deep_or_huge_labels_or_capacity_is_refused_naming_the_fiel
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         error = await _send(comm, {**hello, field: value})
         ok = await _send(comm, {"type": "heartbeat", "id": "after", "seq": 1, "running": []})
         await comm.disconnect()
@@ -280,7 +280,7 @@ def test_report_for_another_nodes_allocation_is_refused(agent_node, resource_gro
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         reply = await _send(comm, {"type": "exited", "id": "e1", "allocation": str(theirs.pk), "exit_code": 0,
                                    "reason": "completed"})
         await comm.disconnect()
@@ -297,7 +297,7 @@ def test_started_exited_and_duplicate_ids(agent_node, make_allocation, vcluster_
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         out = [await _send(comm, {"type": "started", "id": "s1", "allocation": str(alloc.pk), "pid": 99})]
         out.append(await _send(comm, {"type": "started", "id": "s0", "allocation": str(alloc.pk), "pid": 0}))
         exited = {"type": "exited", "id": "x1", "allocation": str(alloc.pk), "exit_code": 0, "reason": "completed"}
@@ -327,7 +327,7 @@ def test_an_id_repeated_with_other_content_is_refused_and_changes_nothing(agent_
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         out = [await _send(comm, started), await _send(comm, exited)]  # the exit reuses the start's id
         out.append(await _send(comm, {**started, "pid": 100}))  # so does another start
         out.append(await _send(comm, started))  # the start itself, resent: acknowledged again
@@ -357,7 +357,7 @@ def test_checkpoint_progress_defer_and_done(agent_node, resource_group, vcluster
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         out = [await _send(comm, {"type": "checkpoint_progress", "id": "c1", "allocation": str(low.pk),
                                   "percent": 40})]
         out.append(await _send(comm, {"type": "defer", "id": "d1", "allocation": str(low.pk), "seconds": 60}))
@@ -381,7 +381,7 @@ def test_commands_reach_the_agent_through_its_group(agent_node, resource_group, 
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         await _send(comm, {"type": "heartbeat", "id": "b1", "seq": 1, "running": []})
         await database_sync(lambda: make_allocation(state="pending", node_count=1, per_node_gpu=8,
                                                     vcluster=vcluster_hpc, command=["sleep", "1"]))
@@ -400,9 +400,9 @@ def test_second_connection_replaces_the_first_with_4409(agent_node):
 
     async def scenario():
         first = _comm(token)
-        await first.connect()
+        await first.connect(timeout=10)
         second = _comm(token)
-        await second.connect()
+        await second.connect(timeout=10)
         out = await first.receive_output(timeout=5)
         ok = await _send(second, {"type": "heartbeat", "id": "b", "seq": 1, "running": []})
         await second.disconnect()
@@ -459,7 +459,7 @@ def test_flooding_agent_is_disconnected_with_4429(agent_node):
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         for _ in range(260):
             await comm.send_to(text_data="x")
         while True:
@@ -499,7 +499,7 @@ def test_late_report_is_accepted_only_from_a_node_the_work_ran_on(agent_node, re
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         reply = await _send(comm, {"type": "exited", "id": "z1", "allocation": str(elsewhere.pk),
                                    "exit_code": 0, "reason": "completed"})
         await comm.disconnect()
@@ -518,7 +518,7 @@ def test_the_copy_queued_for_lost_work_takes_no_report_from_the_node_that_lost_i
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         await _hello(comm)
         copy = await database_sync_to_async(Allocation.objects.get)(requeued_from=lost)
         out = [await _send(comm, {"type": "started", "id": "s1", "allocation": str(copy.pk), "pid": 7}),
@@ -542,12 +542,12 @@ def test_a_revoked_token_s_connection_is_closed_with_4401_and_the_new_token_conn
 
     async def scenario():
         old = _comm(token)
-        await old.connect()
+        await old.connect(timeout=10)
         assert (await _send(old, {"type": "heartbeat", "id": "a", "seq": 1, "running": []}))["type"] == "ack"
         fresh = await database_sync(lambda: agent_token_replace(node=node, actor=operator, reason="leaked"))
         closed = await old.receive_output(timeout=5)
         new = _comm(fresh)
-        connected, _ = await new.connect()
+        connected, _ = await new.connect(timeout=10)
         ok = await _send(new, {"type": "heartbeat", "id": "b", "seq": 2, "running": []})
         await new.disconnect()
         return closed, connected, ok
@@ -608,7 +608,7 @@ def test_frames_still_queued_when_the_token_is_revoked_change_nothing(agent_node
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         assert (await _send(comm, {"type": "heartbeat", "id": "a", "seq": 1, "running": []}))["type"] == "ack"
         await database_sync(lambda: agent_token_revoke(node=node))
         closed = await comm.receive_output(timeout=5)
@@ -634,7 +634,7 @@ def test_a_late_exit_corrects_work_its_agent_s_hello_declared_lost(agent_node, m
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         await comm.send_to(text_data=json.dumps({"type": "hello", "id": "h1", "agent_version": "1.0",
                                                  "capacity": {}, "labels": {}, "running": []}))
         hello = [json.loads(await comm.receive_from(timeout=5)) for _ in range(2)]
@@ -666,7 +666,7 @@ def test_a_late_failed_exit_keeps_the_copy_only_when_the_policy_requeues_failure
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         await _hello(comm)
         out = [await _send(comm, {"type": "exited", "id": f"x{a.pk}", "allocation": str(a.pk), "exit_code": 3,
                                   "reason": "failed"}) for a in (always, on_loss)]
@@ -694,7 +694,7 @@ def test_a_late_start_of_work_no_longer_placed_writes_nothing_to_its_history(age
 
     async def scenario():
         comm = _comm(token)
-        await comm.connect()
+        await comm.connect(timeout=10)
         reply = await _send(comm, {"type": "started", "id": "s1", "allocation": str(alloc.pk), "pid": 7})
         await comm.disconnect()
         return reply

@@ -133,7 +133,7 @@ def test_every_frame_is_answered_and_the_socket_stays_open(fuzz_target, data):
     async def scenario() -> dict[str, Any]:
         comm = WebsocketCommunicator(application, "/ws/agent/", headers=[(b"authorization",
                                                                           f"Bearer {token}".encode())])
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=10))[0]
         try:
             for kind, payload in frames:
                 # as the server hands a frame over (send_to refuses an empty one)

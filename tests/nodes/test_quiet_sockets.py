@@ -59,7 +59,7 @@ def test_quiet_agent_sockets_outlive_a_blocking_read(resource_group):
         comms = [WebsocketCommunicator(application, "/ws/agent/",
                                        headers=[(b"authorization", f"Bearer {t}".encode())]) for t in tokens]
         for comm in comms:
-            assert (await comm.connect())[0]
+            assert (await comm.connect(timeout=10))[0]
         await asyncio.sleep(RedisChannelLayer.brpop_timeout + 2)
         replies = []
         for i, comm in enumerate(comms):

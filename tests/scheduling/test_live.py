@@ -47,7 +47,7 @@ def _operator_and_member(client, operator, django_user_model):
 
     async def connected() -> tuple[WebsocketCommunicator, WebsocketCommunicator]:
         ops, member = _comm(client), _comm(alice)
-        assert (await ops.connect())[0] and (await member.connect())[0]
+        assert (await ops.connect(timeout=10))[0] and (await member.connect(timeout=10))[0]
         await ops.receive_json_from(timeout=5)
         await member.receive_json_from(timeout=5)
         return ops, member
@@ -74,7 +74,7 @@ def _delivered(connected, send, n_ops: int, n_member: int) -> tuple[list, list]:
 def test_anonymous_browser_is_refused(client):
     async def scenario():
         comm = _comm(client)
-        connected, code = await comm.connect()
+        connected, code = await comm.connect(timeout=10)
         return connected, code
 
     assert async_to_sync(scenario)() == (False, 4401)
@@ -106,7 +106,7 @@ def test_a_burst_is_coalesced_into_few_frames_in_order(client, operator):
 
     async def scenario():
         ops = _comm(client)
-        assert (await ops.connect())[0]
+        assert (await ops.connect(timeout=10))[0]
         await ops.receive_json_from(timeout=5)  # hello
 
         def burst():
@@ -199,7 +199,7 @@ def test_a_frame_that_is_not_json_leaves_the_feed_open(client, operator):
 
     async def scenario() -> bool:
         comm = _comm(client)
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=10))[0]
         await comm.receive_json_from(timeout=5)  # hello
         await comm.send_to(text_data="not json{")
         await comm.send_to(bytes_data=b"\xff\x00")
@@ -220,7 +220,7 @@ def test_a_member_removed_from_its_tenant_stops_hearing_it(client, tenant_physic
 
     async def scenario() -> bool:
         comm = _comm(client)
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=10))[0]
         await comm.receive_json_from(timeout=5)  # hello
         await database_sync_to_async(remove_and_send)()
         heard_nothing = await comm.receive_nothing(timeout=1)
@@ -235,7 +235,7 @@ def _closed_after(client, tenant_physics, change) -> dict:
     the socket gets next."""
     async def scenario() -> dict:
         comm = _comm(client)
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=10))[0]
         await comm.receive_json_from(timeout=5)  # hello
         await database_sync_to_async(change)()
         await database_sync_to_async(event_on_commit)("y", {"n": 2}, tenant_physics.pk)

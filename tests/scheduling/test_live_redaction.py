@@ -51,7 +51,7 @@ def test_a_decision_names_only_the_readers_own_victims(resource_group, vcluster_
     async def scenario():
         sockets = [_comm(b) for b in browsers]
         for socket in sockets:
-            assert (await socket.connect())[0]
+            assert (await socket.connect(timeout=10))[0]
             await socket.receive_json_from(timeout=5)  # hello
         await database_sync_to_async(preempt)()
         seen = []

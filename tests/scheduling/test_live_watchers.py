@@ -33,7 +33,7 @@ def test_a_connected_watcher_hears_events_long_past_the_count_s_expiry(client, o
 
     async def scenario():
         ops = _comm(client)
-        assert (await ops.connect())[0]
+        assert (await ops.connect(timeout=10))[0]
         await ops.receive_json_from(timeout=5)  # hello
         await asyncio.sleep(2 * TTL_S + 0.5)
         await database_sync_to_async(lambda: dispatch.event_on_commit("late", {"n": 1}, None))()
