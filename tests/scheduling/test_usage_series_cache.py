@@ -5,6 +5,7 @@ is checked before the cache is looked at."""
 from __future__ import annotations
 
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from django.utils import timezone
@@ -30,14 +31,24 @@ def reads(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def read_at(monkeypatch):
+    """The moment every read of the test is made at. An answer is served from the cache only
+    within the minute it was read in: reads either side of a minute's turn, which a slow run can
+    straddle, would each be read afresh, whatever was written between them."""
+    moment = timezone.now()
+    monkeypatch.setattr(usage_series, "timezone", SimpleNamespace(now=lambda: moment))
+    return moment
+
+
 def _sample(rg: int, start, gpu_used: float, scope: str = "g", scope_id: int | None = None,
             resolution: int = 60) -> UsageSample:
     return UsageSample(resolution=resolution, start=start, scope=scope, scope_id=scope_id or rg,
                        resource_group_id=rg, gpu_used=gpu_used)
 
 
-def test_a_sample_written_after_a_read_is_in_the_next_read(resource_group, operator, api_for, reads):
-    now = usage.floor_to(timezone.now(), 60)
+def test_a_sample_written_after_a_read_is_in_the_next_read(resource_group, operator, api_for, reads, read_at):
+    now = usage.floor_to(read_at, 60)
     rg = resource_group.pk
     UsageSample.objects.bulk_create([_sample(rg, now - timedelta(minutes=5), 6)])
     op = api_for("op")
@@ -79,11 +90,12 @@ def test_the_folding_is_in_the_next_read(resource_group, operator, api_for, read
     assert len(reads) == 2  # read again from the quarter, not served from before the folding
     assert sum(after["gpu_used"]) == pytest.approx(8 * 15 / 60)
 
-def test_the_sampler_s_new_minute_is_in_the_next_read(resource_group, node_gpu_a, operator, api_for, reads):
+def test_the_sampler_s_new_minute_is_in_the_next_read(resource_group, node_gpu_a, operator, api_for, reads,
+                                                     read_at):
     """The live 1 h chart: the minute the sampler writes is served at once, not after the cache's time."""
     from scheduling.models import MetricRollup
 
-    end = usage.floor_to(timezone.now(), 60)
+    end = usage.floor_to(read_at, 60)
     MetricRollup.objects.create(key=usage.MARK, value=(end - timedelta(minutes=2)).timestamp())
     UsageSample.objects.bulk_create([_sample(resource_group.pk, end - timedelta(minutes=30), 1)])
     op = api_for("op")
