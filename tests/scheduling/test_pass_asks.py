@@ -98,14 +98,15 @@ def test_a_message_the_broker_refused_takes_its_mark_with_it(cluster, broker, dj
 
 @pytest.mark.redis
 def test_a_mark_whose_message_was_lost_lapses(cluster, broker, monkeypatch, django_capture_on_commit_callbacks):
-    monkeypatch.setattr(pass_asks, "PASS_ASKED_TTL_S", 0.2)
+    # Long enough that a loaded machine cannot let it lapse before it is looked at.
+    monkeypatch.setattr(pass_asks, "PASS_ASKED_TTL_S", 1.0)
     pass_asks.pass_starting(cluster.pk)
     alice = client_for("alice")
     with django_capture_on_commit_callbacks(execute=True):
         job_id(alice, per_node={"gpu": 1})
     # (the message is lost: no pass starts)
-    assert 0 < dispatch._redis().pttl(pass_asks._pass_asked_key(cluster.pk)) <= 200
-    time.sleep(0.3)
+    assert 0 < dispatch._redis().pttl(pass_asks._pass_asked_key(cluster.pk)) <= 1000
+    time.sleep(1.1)  # its time passes
     with django_capture_on_commit_callbacks(execute=True):
         job_id(alice, per_node={"gpu": 1})
     assert broker.sent == [cluster.pk, cluster.pk]
