@@ -1,6 +1,7 @@
 """The real node agent (``nodes.agent``) as the fault test runs it, with two harness additions:
-every exit it reports is appended to a file (the ground truth the invariants are checked
-against: which runs ended with exit 0), and its reconnect backoff is capped lower, so agents
+every exit it reports is appended to a file, with the report's frame id (the ground truth the
+invariants are checked against: which runs ended with exit 0; the id tells when the control
+plane has applied the report), and its reconnect backoff is capped lower, so agents
 come back within seconds of their server instead of up to 30 s later.
 
     python -m tests.system.recording_agent RECORD_FILE BACKOFF_CAP_S -- AGENT ARGS...
@@ -23,8 +24,8 @@ def main(argv: list[str]) -> int:
         async def report(self, report: Report) -> None:
             if isinstance(report, Exited):
                 with open(record, "a") as out:
-                    out.write(json.dumps({"allocation": report.allocation, "exit_code": report.exit_code,
-                                          "reason": report.reason}) + "\n")
+                    out.write(json.dumps({"id": report.id, "allocation": report.allocation,
+                                          "exit_code": report.exit_code, "reason": report.reason}) + "\n")
             await super().report(report)
 
     agent.Agent = Recording  # type: ignore[misc]
