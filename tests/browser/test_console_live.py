@@ -54,7 +54,7 @@ def test_tiles_counts_and_attention_follow_a_heartbeat_and_a_decision(login, liv
 
     # The agent is heard from again: ready and idle, without a reload.
     assert _heartbeat(live_server_url, node_gpu_a) == {"type": "ack", "id": "hb-1"}
-    expect(tile).to_have_attribute("data-kind", "idle", timeout=5_000)
+    expect(tile).to_have_attribute("data-kind", "idle", timeout=15_000)
     expect(tile.locator(".gpus")).to_have_text("0/8 GPU")
     expect(row.locator(".node-counts")).to_have_text("1 ready")
     expect(page.locator("#attention .attention-nodes")).to_have_count(0)
@@ -64,7 +64,7 @@ def test_tiles_counts_and_attention_follow_a_heartbeat_and_a_decision(login, liv
     alice = tenant_physics.memberships.first().user
     job = _submit(live_server_url, alice, {"resource_group": "rg-main", "vcluster": "hpc", "per_node": {"gpu": 8},
                                            "preemption_class": 3, "command": ["sleep", "60"]})
-    expect(tile).to_have_attribute("data-kind", "full", timeout=5_000)
+    expect(tile).to_have_attribute("data-kind", "full", timeout=15_000)
     expect(tile.locator(".gpus")).to_have_text("8/8 GPU")
     expect(row.locator(".gpus-used")).to_have_text("8/8")
     expect(row.locator(".work-counts")).to_have_text("1 running")
@@ -85,7 +85,7 @@ def test_feed_lines_filter_by_group_and_kind_and_wait_while_paused(login, live_s
 
     page.click("#feed-pause")
     _heartbeat(live_server_url, node_gpu_a)
-    expect(page.locator("#feed-waiting")).to_have_text("1 new while paused", timeout=5_000)
+    expect(page.locator("#feed-waiting")).to_have_text("1 new while paused", timeout=15_000)
     expect(feed.locator("li[data-kind='node']")).to_have_count(0)
     expect(page.locator("#cluster-state a.tile[data-node='gpu-a']")).to_have_attribute("data-kind", "idle")
     page.click("#feed-pause")  # resume: the line that waited appears

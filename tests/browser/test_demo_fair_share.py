@@ -29,6 +29,6 @@ def test_the_demo_shows_a_tenant_going_from_below_its_share_to_starving_live(log
     # The demo's starvation timeout is 30 s: let it have passed rather than wait for it.
     TenantShare.objects.filter(resource_group=group, tenant__name="biology").update(
         below_since=timezone.now() - timedelta(seconds=31))
-    expect(status).to_have_text("starving", timeout=12_000)  # the next 5 s refresh
+    expect(status).to_have_text("starving", timeout=20_000)  # a 5 s refresh (a loaded machine may miss one)
     assert page.evaluate("window.stillTheSamePage") is True
     expect(page.locator("#fair-share tr[data-tenant=physics] .badge")).to_have_text("normal")
