@@ -7,7 +7,8 @@ just before it executes the command, with a clean environment: PATH, HOME, USER,
 LANG, the frame's ``env`` and the Lattice variables, nothing of the agent's own. A user or group
 unknown on the node is refused (``exited`` reason ``user_unknown``), and so is uid 0 unless the
 frame says the operator allowed root for the tenant (``refused``). Without a user the command runs
-as the agent does, with the agent's environment (as before this existed).
+as the agent does, with the agent's environment, unless that is root: refused as well without
+the operator's leave (a simulated start runs nothing and is taken).
 
 Imports nothing of Django: it runs on compute nodes.
 """
@@ -47,9 +48,14 @@ class Identity:
         return ["--uid", str(self.uid), "--gid", str(self.gid), "--groups", ",".join(map(str, self.groups))]
 
 
-def resolve(user: str, group: str = "", allow_root: bool = False) -> Identity | None:
-    """The identity a frame names (None: none named, run as the agent). Raises Refused."""
+def resolve(user: str, group: str = "", allow_root: bool = False, *, runs: bool = True) -> Identity | None:
+    """The identity a frame names (None: none named, run as the agent). Raises Refused. Without a
+    user, an agent running as root would run the work as root: refused unless the operator allowed
+    root for the tenant (``runs`` False: a simulated start, which runs nothing)."""
     if not user:
+        if runs and not allow_root and os.geteuid() == 0:
+            raise Refused("refused", "no Unix user is mapped for this work and the agent runs as root: "
+                                     "map the tenant (or the member) to a user, or allow root for the tenant")
         return None
     try:
         entry = pwd.getpwnam(user)
@@ -94,12 +100,12 @@ class Launch:
 
 
 def prepare(frame: dict[str, Any], alloc: str, ckpt: Path, workdir: Path, exit_file: Path,
-            cgroup: Path | None = None) -> Launch:
+            cgroup: Path | None = None, runs: bool = True) -> Launch:
     """Everything a ``start`` needs before its process: who it runs as (Refused raised first),
     its directories (its own working directory when it runs as a user), its environment (its
     GPUs only, when the frame binds devices) and the launcher's command line (entering
     ``cgroup`` first, when the node limits allocations)."""
-    who = resolve(frame.get("user", ""), frame.get("group", ""), bool(frame.get("allow_root")))
+    who = resolve(frame.get("user", ""), frame.get("group", ""), bool(frame.get("allow_root")), runs=runs)
     cwd = workdir / "work" / alloc if who is not None else workdir
     try:
         for path in (ckpt, cwd):

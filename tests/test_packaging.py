@@ -14,9 +14,10 @@ import pytest
 
 from nodes.actions import agent_token_issue
 from nodes.models import Node
-from scheduling.models import Allocation
+from scheduling.models import Allocation, Tenant
 from scheduling.passes.run import schedule_pass
 from tests.conftest import ROOT
+from tests.nodes.conftest import AS_ROOT
 from tests.nodes.test_end_to_end import control_plane, daphne, wait_for  # noqa: F401 (fixtures)
 
 PYPROJECT_VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -127,6 +128,8 @@ def test_the_installed_agent_runs_work_for_a_real_control_plane(installed, tmp_p
         job = make_allocation(state="pending", node_count=1, per_node_gpu=0, per_node_cpu=1, preemption_class=1,
                               checkpoint="none",
                               vcluster=vcluster_hpc, command=[sys.executable, "-c", code])
+        # Its tenant maps no Unix user: an agent running as root runs it only with the operator's leave.
+        Tenant.objects.filter(pk=job.tenant_id).update(allow_root=AS_ROOT)
         schedule_pass(resource_group.pk)
         wait_for(lambda: Allocation.objects.get(pk=job.pk).state == "completed", 30, "the job to run and end")
         assert seen.read_text() == "None"

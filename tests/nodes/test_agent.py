@@ -9,6 +9,7 @@ import sys
 
 from nodes.agent import Agent
 from nodes.protocol import Exited, new_id
+from tests.nodes.conftest import ROOT_LEAVE
 
 # Takes half a second to stop after SIGTERM, as an application flushing its state would.
 SLOW_TO_STOP = ("import signal, sys, time\n"
@@ -33,7 +34,7 @@ def test_a_new_run_starts_after_the_earlier_run_of_the_same_allocation_has_stopp
         agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
         agent.ws = Recorder()
         start = {"type": "start", "allocation": "7", "command": [sys.executable, "-c", SLOW_TO_STOP],
-                 "env": {}, "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": "checkpoints/7"}
+                 "env": {}, "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": "checkpoints/7", **ROOT_LEAVE}
         await agent.handle(start)
         await asyncio.sleep(0.5)  # the interpreter is up and has its handler
         # the frames back to back, as the socket delivers them

@@ -15,6 +15,7 @@ from nodes import agent as agent_module
 from nodes.actions import agent_token_issue, agent_token_revoke
 from nodes.agent import Agent
 from tests.conftest import ROOT
+from tests.nodes.conftest import ROOT_LEAVE
 from tests.nodes.test_end_to_end import control_plane, daphne, wait_for  # noqa: F401 (fixtures)
 
 
@@ -76,7 +77,8 @@ def test_nothing_of_lattice_goes_on_a_jobs_pythonpath(monkeypatch, tmp_path):
         agent.ws = None
         code = f"import os, sys; open({str(out)!r}, 'w').write(repr(os.environ.get('PYTHONPATH')))"
         await agent.handle({"type": "start", "allocation": "9", "command": [sys.executable, "-c", code], "env": {},
-                            "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": "checkpoints/9"})
+                            "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": "checkpoints/9",
+                            **ROOT_LEAVE})
         await agent.running["9"].task
 
     asyncio.run(scenario())

@@ -19,6 +19,7 @@ import websockets
 from nodes import runas
 from nodes.agent import Agent
 from tests.conftest import ROOT
+from tests.nodes.conftest import ROOT_LEAVE
 
 
 def _agent(tmp_path, url: str, token_file, *more: str) -> subprocess.Popen:
@@ -88,7 +89,8 @@ class ControlPlane:
 
 def _start(alloc: str, **fields) -> dict:
     return {"type": "start", "allocation": alloc, "command": [sys.executable, "-c", "pass"], "env": {},
-            "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": f"checkpoints/{alloc}", **fields}
+            "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": f"checkpoints/{alloc}", **ROOT_LEAVE,
+            **fields}
 
 
 def test_frames_it_cannot_act_on_are_logged_and_the_next_one_is_run(tmp_path):

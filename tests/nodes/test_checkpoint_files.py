@@ -11,6 +11,7 @@ import sys
 from nodes.agent import Agent
 from nodes.checkpoint_files import CheckpointFiles, write_atomic
 from nodes.protocol import encode
+from tests.nodes.conftest import ROOT_LEAVE
 from tests.nodes.test_agent import Recorder
 
 
@@ -93,7 +94,7 @@ def test_the_agent_relays_a_real_applications_files_in_order_each_once(tmp_path)
         agent.ws = Recorder()
         await agent.handle({"type": "start", "allocation": "9", "command": [sys.executable, "-c", APP, "/ckpt/9"],
                             "env": {}, "resources": {}, "resume_from_checkpoint": False,
-                            "checkpoint_dir": "checkpoints/9"})
+                            "checkpoint_dir": "checkpoints/9", **ROOT_LEAVE})
         ready = tmp_path / "checkpoints" / "9" / "ready"
         for _ in range(600):  # the interpreter is up and has its handler (a SIGUSR1 before would end it)
             if ready.exists():

@@ -80,3 +80,26 @@ def test_an_unknown_user_or_root_without_leave_is_refused_with_its_reason(tmp_pa
     assert [(f["allocation"], f["reason"]) for f in frames if f["type"] == "exited"] == [
         ("3", "user_unknown"), ("4", "refused")]
     assert not (tmp_path / "checkpoints" / "3").exists()
+
+
+def test_an_agent_running_as_root_runs_no_unmapped_work_as_root_without_leave(tmp_path):
+    """No user in the frame (the tenant maps none) and an agent running as root: the work would run
+    as root, as the agent. Refused unless the operator allowed root for the tenant; a simulated
+    agent, which runs nothing, takes it."""
+    if os.geteuid() != 0:
+        pytest.skip("the agent runs as root only when the test does")
+    marker = tmp_path / "ran"
+    touch = ["/bin/sh", "-c", f"id -u >> {marker}"]
+    frames = asyncio.run(_run(tmp_path, [_start("5", "", touch), _start("6", "", touch, allow_root=True)], 2))
+    assert [(f["allocation"], f["reason"]) for f in frames if f["type"] == "exited"] == [
+        ("5", "refused"), ("6", "completed")]
+    assert marker.read_text().split() == ["0"]  # once: the allowed one
+    assert not (tmp_path / "checkpoints" / "5").exists()
+
+    async def simulated() -> list[dict]:
+        agent = Agent("ws://unused/", "token", tmp_path / "sim", simulate=True)
+        agent.ws = Recorder()
+        await agent.handle(_start("7", "", touch))
+        return agent.ws.frames
+
+    assert [(f["type"], f["allocation"]) for f in asyncio.run(simulated())] == [("started", "7")]
