@@ -95,11 +95,10 @@ class Work:
         ckpt = self.workdir / frame.get("checkpoint_dir", f"checkpoints/{alloc}")
         cgroup = None
         try:  # who it runs as, where, seeing what (nodes/runas.py); refused before anything is made
-            runas.resolve(frame.get("user", ""), frame.get("group", ""), bool(frame.get("allow_root")),
-                          runs=not self.simulate)
+            who = runas.resolve(frame.get("user", ""), frame.get("group", ""), bool(frame.get("allow_root")),
+                                runs=not self.simulate)
             cgroup = self._limit(alloc, frame.get("resources") or {})
-            launch = runas.prepare(frame, alloc, ckpt, self.workdir, ckpt / EXIT_FILE, cgroup=cgroup,
-                                   runs=not self.simulate)
+            launch = runas.prepare(frame, who, alloc, ckpt, self.workdir, ckpt / EXIT_FILE, cgroup=cgroup)
         except runas.Refused as exc:
             cgroups.remove(cgroup)
             log.warning("not starting %s: %s", alloc, exc)

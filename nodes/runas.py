@@ -99,13 +99,13 @@ class Launch:
     cwd: str
 
 
-def prepare(frame: dict[str, Any], alloc: str, ckpt: Path, workdir: Path, exit_file: Path,
-            cgroup: Path | None = None, runs: bool = True) -> Launch:
-    """Everything a ``start`` needs before its process: who it runs as (Refused raised first),
-    its directories (its own working directory when it runs as a user), its environment (its
-    GPUs only, when the frame binds devices) and the launcher's command line (entering
-    ``cgroup`` first, when the node limits allocations)."""
-    who = resolve(frame.get("user", ""), frame.get("group", ""), bool(frame.get("allow_root")), runs=runs)
+def prepare(frame: dict[str, Any], who: Identity | None, alloc: str, ckpt: Path, workdir: Path, exit_file: Path,
+            cgroup: Path | None = None) -> Launch:
+    """Everything a ``start`` needs before its process, run as ``who`` (``resolve``'s answer, made
+    once by the caller before anything else; None: as the agent): its directories (its own working
+    directory when it runs as a user), its environment (its GPUs only, when the frame binds
+    devices) and the launcher's command line (entering ``cgroup`` first, when the node limits
+    allocations)."""
     cwd = workdir / "work" / alloc if who is not None else workdir
     try:
         for path in (ckpt, cwd):

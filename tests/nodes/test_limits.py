@@ -25,7 +25,6 @@ from nodes.protocol import Exited
 from nodes.runas import prepare
 from scheduling.models import Allocation, AllocationEvent
 from scheduling.passes.run import schedule_pass
-from tests.nodes.conftest import ROOT_LEAVE
 from tests.nodes.test_end_to_end import wait_for
 
 # 3 GiB written, 64 MiB at a time (pages only count once touched): past a 1 GiB limit.
@@ -62,7 +61,7 @@ def test_a_delegated_subtree_gets_its_controllers_and_each_allocation_its_limits
     (child / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n")
     assert cgroups.oom_kills(child) == 1 and cgroups.oom_kills(unlimited) == 0
     # The launcher enters the cgroup before it runs the command.
-    launch = prepare({"command": ["true"], "env": {}, **ROOT_LEAVE}, "42", tmp_path / "ck", tmp_path, tmp_path / "x", cgroup=child)
+    launch = prepare({"command": ["true"], "env": {}}, None, "42", tmp_path / "ck", tmp_path, tmp_path / "x", cgroup=child)
     options = launch.argv[3:launch.argv.index("--")]
     assert _options(options) == {"cgroup": str(child)}
 
