@@ -12,7 +12,7 @@ import time
 import pytest
 
 from nodes import agent as agent_module
-from nodes.actions import agent_token_issue, agent_token_revoke
+from nodes.actions import agent_token_issue, agent_token_revoke, agent_token_simulated
 from nodes.agent import Agent
 from tests.conftest import ROOT
 from tests.nodes.conftest import ROOT_LEAVE
@@ -141,6 +141,40 @@ def test_a_token_revoked_while_connected_stops_the_agent_unless_told_to_retry(tm
             if proc is not None:
                 proc.kill()
                 proc.wait(timeout=10)
+
+
+@real
+def test_a_simulated_agent_s_token_revoked_leaves_a_real_agent_with_its_own_token_connected(tmp_path, node_gpu_a,
+                                                                                           daphne):  # noqa: F811
+    """``make run`` replaces its simulated agents' tokens at each start; a real agent on the same node,
+    connected with a token issued by hand, is not closed by that, in another process than the one
+    that revoked."""
+    def greeted_since(moment):
+        return lambda: (type(node_gpu_a).objects.get(pk=node_gpu_a.pk).last_heartbeat_at or moment) > moment
+
+    from django.utils import timezone
+
+    simulated, simulated_log = _agent(tmp_path, daphne, agent_token_simulated(node=node_gpu_a), "simulated",
+                                      "--retry-revoked")
+    wait_for(greeted_since(timezone.now()), 30, "the simulated agent's hello")
+    simulated.kill()
+    simulated.wait(timeout=10)
+    real_agent, real_log = _agent(tmp_path, daphne, agent_token_issue(node=node_gpu_a), "by-hand")
+    try:
+        wait_for(greeted_since(timezone.now()), 30, "the real agent's hello")
+        agent_token_simulated(node=node_gpu_a)  # the demo starting again
+        revoked = timezone.now()
+        time.sleep(2)
+        # Heartbeats go on after the revocation: the connection stayed, and nothing made it close.
+        wait_for(greeted_since(revoked), 30, "a heartbeat after the revocation")
+        assert real_agent.poll() is None
+        assert "(4401)" not in real_log.read_text() and "revoked" not in real_log.read_text()
+        agent_token_revoke(node=node_gpu_a)  # every token: now it is closed
+        assert real_agent.wait(timeout=20) == 3
+    finally:
+        if real_agent.poll() is None:
+            real_agent.kill()
+            real_agent.wait(timeout=10)
 
 
 @real
