@@ -215,3 +215,31 @@ def test_a_one_node_batch_is_written_as_a_batch_of_many_nodes_would_be(two_nodes
     assert rows[one.pk] == rows[other.pk]
     revived = "ready" if state in ("degraded", "unknown") and not health_reason and any(expected) else state
     assert rows[one.pk] == (revived, max([last_seq, *batch_seqs]) if any(expected) else last_seq, any(expected))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_heartbeats_arriving_while_a_write_waits_share_its_statement(monkeypatch, two_nodes):
+    # The window is widened so that the second heartbeat, sent well after the first, still lands
+    # in it on a busy machine; with no window the first would be written alone.
+    from nodes.models import Node
+
+    monkeypatch.setattr(heartbeats, "COLLECT_S", 0.5)
+    a, b = two_nodes
+    batches: list[list[tuple[int, int]]] = []
+
+    async def scenario() -> list[bool]:
+        batcher = heartbeats.batcher()
+        written = batcher._flush
+
+        async def spy(batch):
+            batches.append([(n, s) for n, s, _ in batch])
+            await written(batch)
+
+        monkeypatch.setattr(batcher, "_flush", spy)
+        first = asyncio.ensure_future(batcher.submit(a.pk, 5))
+        await asyncio.sleep(0.05)
+        return [*await asyncio.gather(first, batcher.submit(b.pk, 7))]
+
+    assert asyncio.run(scenario()) == [True, True]
+    assert batches == [[(a.pk, 5), (b.pk, 7)]]
+    assert {n.pk: n.last_seq for n in Node.objects.filter(pk__in=[a.pk, b.pk])} == {a.pk: 5, b.pk: 7}
