@@ -54,3 +54,31 @@ def test_frames_past_the_protocol_limit_get_bad_frame_and_past_the_server_s_a_10
     assert (over_protocol["type"], over_protocol["id"], over_protocol["code"]) == ("error", "big", "BAD_FRAME")
     assert still_open == {"type": "ack", "id": "ok"}
     assert closed == 1009
+
+
+def test_a_report_id_reused_with_other_content_is_refused_through_a_real_daphne(daphne, node_gpu_a,  # noqa: F811
+                                                                               make_allocation, vcluster_hpc):
+    from scheduling.models import AllocationEvent
+    from tests.nodes.test_consumer import _running_here
+
+    alloc = _running_here(make_allocation, vcluster_hpc, node_gpu_a)
+    token = agent_token_issue(node=node_gpu_a)
+    url = f"ws://127.0.0.1:{daphne}/ws/agent/"
+    started = {"type": "started", "id": "r1", "allocation": str(alloc.pk), "pid": 99}
+    exited = {"type": "exited", "id": "r1", "allocation": str(alloc.pk), "exit_code": 0, "reason": "completed"}
+
+    async def scenario():
+        async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+            out = []
+            for frame in (started, exited, started):
+                await ws.send(json.dumps(frame))
+                out.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+        return out
+
+    first, reused, again = asyncio.run(scenario())
+    assert first == again == {"type": "ack", "id": "r1"}
+    assert (reused["type"], reused["id"], reused["code"]) == ("error", "r1", "ID_REUSED")
+    alloc.refresh_from_db()
+    assert alloc.state == "running" and alloc.exit_code is None
+    assert list(AllocationEvent.objects.filter(allocation=alloc, reason__startswith="started on")
+                .values_list("reason", flat=True)) == ["started on gpu-a (pid 99)"]
