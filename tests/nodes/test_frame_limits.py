@@ -3,7 +3,8 @@
 Up to the protocol's 64 KiB a frame is parsed; above it, up to the server's
 WebSocket limit (1 MiB, Daphne's default), it is answered BAD_FRAME and the
 connection stays open; past the server's limit the connection is closed with 1009
-("message too big"), so the agent learns why instead of seeing its socket vanish.
+("message too big"), so the agent learns why instead of seeing its socket vanish. And a
+report whose id was used for another report is refused there too.
 """
 
 from __future__ import annotations
