@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import heapq
+import io
 import json
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +24,7 @@ from scheduling.replay.trace import ReplayError
 SAMPLES = Path(__file__).resolve().parents[3] / "scheduling" / "replay" / "samples"
 NASA = SAMPLES / "NASA-iPSC-1993-3.1-cln.first3000.swf"
 CC = SAMPLES / "computecanada_slurm_2021_gpu_jobs.first3000.csv.gz"
+README = SAMPLES.parents[2] / "README.md"
 
 
 def fcfs_starts(jobs, nodes):
@@ -106,6 +110,18 @@ def test_report_files_are_written_and_the_html_is_self_contained(tmp_path):
     assert "<svg" in html and "<script" not in html and "http://www.w3.org/2000/svg" in html
     assert "src=" not in html and "href=" not in html
     assert json.loads((tmp_path / "replay.json").read_text())["schema"] == "lattice.replay/1"
+
+
+def test_the_readme_example_prints_the_table_the_readme_shows(tmp_path):
+    """The README's two-policy comparison on the sample, run as written (its --out aside), prints
+    the figures the README shows: a change to the engine that moves them must move them there too."""
+    command, table = re.search(r"```sh\nS=scheduling/replay/samples\n(.*?)\n```\n\n```\n(.*?)```",
+                               README.read_text(), re.S).groups()
+    args = shlex.split(command.replace("\\\n", " ").replace("$S", str(SAMPLES)))
+    assert args[:3] == ["python", "manage.py", "replay"] and args[-2] == "--out"
+    out = io.StringIO()
+    call_command("replay", *args[3:-1], str(tmp_path), stdout=out)
+    assert out.getvalue() == table
 
 
 BROKEN = """; UnixStartTime: 1000
