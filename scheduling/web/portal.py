@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 from urllib.parse import urlencode
 
@@ -131,6 +132,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     events = list(events_of(alloc))
     return render(request, "jobs/detail.html", {
         "job": alloc, "risk": _risks([alloc])[0], "events": events, "preemptions": preemptions,
+        "command": shlex.join(str(arg) for arg in alloc.command or []),  # quoted: argv, not one string
         "exit_why": exit_explanation(alloc, (e.reason for e in events)) if alloc.state == State.FAILED else "",
         "use": job_use(alloc, events, timezone.now()),
         "waiting": latest if pending else None, "ended": alloc.state in FINAL,

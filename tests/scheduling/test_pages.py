@@ -226,6 +226,17 @@ def test_risk_is_shown_only_for_work_that_can_still_be_preempted(client, make_al
     assert listing.count("none: it has ended") == 1 and listing.count("not preemptible") == 1
 
 
+def test_the_job_page_shows_the_command_as_a_shell_would_read_it(client, make_allocation, django_user_model):
+    """Arguments with spaces or shell characters are quoted: joined with spaces alone, the argv
+    ``python -c 'import time; time.sleep(1)'`` read as two commands split at the semicolon."""
+    job = make_allocation(state="pending", node_count=1, per_node_gpu=8,
+                          command=["python", "-c", "import time; time.sleep(1)", "--out", "my dir/x"])
+    client.force_login(django_user_model.objects.get(username="alice"))
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    shown = html.unescape(page.split('<code id="job-command">')[1].split("</code>")[0])
+    assert shown == "python -c 'import time; time.sleep(1)' --out 'my dir/x'"
+
+
 def test_submit_form_offers_the_vclusters_open_to_the_tenant_and_the_session_types(
         client, tenant_physics, tenant_chemistry, resource_group, vcluster_hpc):
     from scheduling.models import Allocation, SessionType, VCluster
