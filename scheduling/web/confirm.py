@@ -2,7 +2,8 @@
 force-preempt, pause, drain): a page asks before the action is taken. Forms carry
 ``data-confirm``, so with JavaScript the browser asks (static/js/confirm.js) and sends
 ``confirmed=1``; without it the form arrives unconfirmed and this page asks, carrying the form's
-fields on."""
+fields on. An action refused (a reason missing, work that changed state since the page was
+drawn) is answered by ``refusal``: the site's page saying why, with a way back."""
 
 from __future__ import annotations
 
@@ -19,3 +20,8 @@ def confirmation(request: HttpRequest, question: str, back: str) -> HttpResponse
               if name not in ("csrfmiddlewaretoken", "confirmed")]
     return render(request, "confirm.html", {"question": question, "fields": fields, "back": back,
                                             "action": request.get_full_path()})
+
+
+def refusal(request: HttpRequest, message: str, back: str, status: int) -> HttpResponse:
+    """The page saying why the action was not taken (``back``: the page it was asked from)."""
+    return render(request, "refused.html", {"message": message, "back": back}, status=status)

@@ -45,7 +45,7 @@ from scheduling.queue_view import GroupQueue
 from scheduling.selectors import AUDIT_FILTERS, audit_changes, audit_entries
 from scheduling.waiting import why_waiting
 from scheduling.web.charts import RANGES, group_charts, members_charts
-from scheduling.web.confirm import confirmation
+from scheduling.web.confirm import confirmation, refusal
 from scheduling.web.console import LEGEND, tiles_by_group
 from scheduling.web.decision_view import decision_title, readable_candidates
 from scheduling.web.evaluations import editor_context, evaluation_of
@@ -197,7 +197,7 @@ def override(request: HttpRequest, pk: int) -> HttpResponse:
     alloc = get_object_or_404(Allocation, pk=pk)
     form = OverrideForm(request.POST)
     if not form.is_valid():
-        return HttpResponse(f"invalid override: {form.errors.as_text()}", status=400)
+        return refusal(request, f"invalid override: {form.errors.as_text()}", f"/jobs/{alloc.pk}/", status=400)
     if form.cleaned_data["action"] == "force_preempt":
         asked = confirmation(request, f"Force job #{alloc.pk} out now, as a preemption would?", f"/jobs/{alloc.pk}/")
         if asked is not None:
@@ -209,7 +209,7 @@ def override(request: HttpRequest, pk: int) -> HttpResponse:
         else:
             allocation_force_preempt(allocation=alloc, actor=request.user, reason=form.cleaned_data["reason"])
     except DomainError as exc:
-        return HttpResponse(exc.message, status=409)
+        return refusal(request, exc.message, f"/jobs/{alloc.pk}/", status=409)
     return redirect("job-detail", pk=alloc.pk)
 
 
@@ -219,7 +219,7 @@ def pause(request: HttpRequest, name: str) -> HttpResponse:
     group = get_object_or_404(ResourceGroup, name=name)
     reason, wrong = posted_reason(request)
     if wrong or not reason:
-        return HttpResponse(wrong or "a reason is required", status=400)
+        return refusal(request, wrong or "a reason is required", f"/ops/groups/{group.name}/", status=400)
     pausing = request.POST.get("paused") == "1"
     asked = confirmation(request, f"{'Pause' if pausing else 'Resume'} preemption in {group.name}?",
                          f"/ops/groups/{group.name}/")

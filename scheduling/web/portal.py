@@ -48,7 +48,7 @@ from scheduling.states import FINAL, State
 from scheduling.waiting import why_waiting
 from scheduling.web.charts import RANGES as CHART_RANGES
 from scheduling.web.charts import tenant_charts
-from scheduling.web.confirm import confirmation
+from scheduling.web.confirm import confirmation, refusal
 from scheduling.web.job_use import job_use
 from scheduling.web.paging import older_page
 from scheduling.web.reasons import posted_reason
@@ -165,7 +165,7 @@ def cancel(request: HttpRequest, pk: int) -> HttpResponse:
     try:
         allocation_cancel(allocation=alloc, actor=request.user)
     except DomainError as exc:
-        return HttpResponse(exc.message, status=409)
+        return refusal(request, exc.message, f"/jobs/{alloc.pk}/", status=409)
     return redirect("job-detail", pk=alloc.pk)
 
 
@@ -183,9 +183,9 @@ def verb(request: HttpRequest, pk: int, name: str) -> HttpResponse:
         raise Http404("no such allocation")
     reason, wrong = posted_reason(request)
     if wrong:
-        return HttpResponse(wrong, status=400)
+        return refusal(request, wrong, f"/jobs/{alloc.pk}/", status=400)
     if operator and not reason:
-        return HttpResponse("a reason is required (kept in the audit log)", status=400)
+        return refusal(request, "a reason is required (kept in the audit log)", f"/jobs/{alloc.pk}/", status=400)
     try:
         if name == "requeue":
             if not operator:
@@ -197,7 +197,7 @@ def verb(request: HttpRequest, pk: int, name: str) -> HttpResponse:
         else:
             raise Http404("no such action")
     except DomainError as exc:
-        return HttpResponse(exc.message, status=409)
+        return refusal(request, exc.message, f"/jobs/{alloc.pk}/", status=409)
     return redirect("job-detail", pk=alloc.pk)
 
 

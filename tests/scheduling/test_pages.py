@@ -368,6 +368,28 @@ def test_members_cancel_their_tenant_s_jobs_from_the_page_and_no_one_else_s(clie
                        ).status_code == 403
 
 
+def test_an_action_refused_says_why_on_a_page_with_the_navigation_and_a_way_back(
+        client, operator, tenant_physics, resource_group, make_allocation, vcluster_hpc):
+    """A job that ended between the page and the click, a hold without a reason, a protect
+    without hours: each refusal is a page of the site, not a bare line of text."""
+    job = make_allocation(state="completed", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc)
+    member = tenant_physics.memberships.first().user
+    cases = [(member, f"/jobs/{job.pk}/cancel/", {"confirmed": "1"}, 409, "already ended", f"/jobs/{job.pk}/"),
+             (operator, f"/jobs/{job.pk}/hold/", {"reason": ""}, 400, "a reason is required", f"/jobs/{job.pk}/"),
+             (operator, f"/jobs/{job.pk}/hold/", {"reason": "x"}, 409, "only pending work can be held", f"/jobs/{job.pk}/"),
+             (operator, f"/ops/allocations/{job.pk}/override/", {"action": "protect", "reason": "r"}, 400, "hours",
+              f"/jobs/{job.pk}/"),
+             (operator, f"/ops/groups/{resource_group.name}/pause/", {"paused": "1"}, 400, "a reason is required",
+              f"/ops/groups/{resource_group.name}/")]
+    for user, url, data, status, words, back in cases:
+        client.force_login(user)
+        answer = client.post(url, data)
+        page = answer.content.decode()
+        assert answer.status_code == status, url
+        assert 'class="top lattice-nav"' in page and words in html.unescape(page), url
+        assert f'href="{back}"' in page, url
+
+
 @pytest.mark.parametrize("what", ["cancel", "force_preempt", "pause", "drain"])
 def test_without_javascript_a_confirm_page_asks_first_and_nothing_changes_until_yes(
         client, operator, resource_group, vcluster_hpc, node_gpu_a, make_allocation, what):
