@@ -217,7 +217,8 @@ class SubmitForm(forms.Form):
     checkpoint = forms.ChoiceField(choices=[("auto", "auto"), ("manual", "manual"), ("none", "none")],
                                    initial="none")
     walltime_minutes = FloatField(required=False, min_value=0.01, max_value=MAX_DURATION_MINUTES)
-    command = forms.CharField(required=False, help_text="space-separated")
+    command = forms.CharField(required=False, help_text="split into words as a shell would (quotes keep "
+                                                        "words together); no shell runs it")
 
     def __init__(self, *args: Any, tenants: list[int], **kwargs: Any) -> None:
         """``tenants``: the member's; the choices are the vClusters open to them and the session
@@ -232,12 +233,19 @@ class SubmitForm(forms.Form):
         self.fields["session_type"].choices = [("", "none")] + _by_name(
             SessionType.objects.values_list("name", "resource_group__name"))
 
+    def clean_command(self) -> list[str]:
+        """The command's words: ``python -c "print(1)"`` is three, as the job page shows it back."""
+        try:
+            return shlex.split(self.cleaned_data["command"] or "")
+        except ValueError as exc:  # an unclosed quote, or a backslash at the very end
+            raise forms.ValidationError(f"cannot split the command into words: {exc}") from exc
+
     def payload(self) -> dict[str, Any]:
         d = self.cleaned_data
         out = {"resource_group": d["resource_group"].name, "nodes": d["nodes"],
                "per_node": {"gpu": d["gpus_per_node"]}, "preemption_class": d["preemption_class"],
                "checkpoint": d["checkpoint"],
-               "walltime_minutes": d["walltime_minutes"], "command": (d["command"] or "").split()}
+               "walltime_minutes": d["walltime_minutes"], "command": d["command"]}
         for key in ("vcluster", "session_type", "priority", "rank"):
             if d[key] not in (None, ""):
                 out[key] = d[key]

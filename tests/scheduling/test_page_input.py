@@ -100,3 +100,17 @@ def test_the_submit_form_refuses_a_walltime_past_a_century(client, tenant_physic
     page = client.post("/jobs/new/", form)
     assert page.status_code == 200 and "less than or equal to 52560000" in page.content.decode()
     assert not Allocation.objects.exists()
+
+
+def test_the_submit_form_splits_the_command_as_a_shell_would_and_refuses_an_open_quote(
+        client, tenant_physics, resource_group, two_nodes):
+    client.force_login(tenant_physics.memberships.first().user)
+    form = {"resource_group": resource_group.name, "vcluster": "hpc", "nodes": 1, "gpus_per_node": 8,
+            "preemption_class": 3, "priority": 10, "checkpoint": "auto", "action": "submit"}
+    page = client.post("/jobs/new/", {**form, "command": 'python -c "print(1); print(2)"'})
+    assert page.status_code == 302
+    assert Allocation.objects.get().command == ["python", "-c", "print(1); print(2)"]
+    page = client.post("/jobs/new/", {**form, "command": 'python -c "print(1)'})
+    assert page.status_code == 200 and "cannot split the command into words" in page.content.decode()
+    assert 'python -c &quot;print(1)' in page.content.decode()  # what was typed is kept
+    assert Allocation.objects.count() == 1
