@@ -82,6 +82,24 @@ def _shown(kind: str, row: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"term": name, "value": values[name]} for name in ("holds_nodes", *KEY_PARTS[kind]) if name != "id"]
 
 
+# The key's parts in words, for the pages (the API keeps the names).
+TERM_WORDS = {"holds_nodes": "holding nodes", "class": "class", "priority": "priority", "score": "score",
+              "queue_priority": "queue priority", "rank": "rank", "starving": "tenant starving",
+              "deficit": "fair-share deficit", "submitted_at": "submitted"}
+
+
+def in_words(place: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A place as the job page shows it: each part of the key and each ``ahead_by`` part named in
+    words, yes or no for a flag (``order`` as (words, value, is_time), ``ahead_by`` as (words, n))."""
+    if place is None:
+        return None
+    order = [(TERM_WORDS.get(t["term"], t["term"]),
+              ("yes" if t["value"] else "no") if isinstance(t["value"], bool) else t["value"],
+              t["term"] == "submitted_at") for t in place["order"]]
+    ahead = [(TERM_WORDS.get(term, term), n) for term, n in place["ahead_by"].items()]
+    return {**place, "order": order, "ahead_by": ahead}
+
+
 def _entry(rows: list[dict[str, Any]], i: int, kind: str, operator: bool) -> dict[str, Any]:
     """Row ``i`` with its position (1 first), the number ahead, its key, and for the rows ahead the
     part of the key that puts each first, counted (``ahead_by``): the first part where the key the

@@ -35,7 +35,7 @@ from scheduling.models import (
     VCluster,
 )
 from scheduling.permissions import is_operator
-from scheduling.queue_view import position_of
+from scheduling.queue_view import in_words, position_of
 from scheduling.selectors import (
     allocations_visible,
     array_counts,
@@ -137,7 +137,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "use": job_use(alloc, events, timezone.now()),
         "waiting": latest if pending else None, "ended": alloc.state in FINAL,
         "reason": why_waiting(alloc.resource_group, [alloc.pk]).get(alloc.pk) if pending else None,
-        "place": position_of(alloc) if pending else None,
+        "place": in_words(position_of(alloc)) if pending else None,
         "estimate": start_estimate(alloc) if pending else None,
         "member": alloc.tenant_id in tenant_ids(request.user), "operator": is_operator(request.user),
         "devices": _devices_of(alloc)})

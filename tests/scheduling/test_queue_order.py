@@ -77,6 +77,7 @@ def test_the_pass_starts_work_in_the_positions_shown(cluster, resource_group, se
             assert _shown(pk)["queue"]["position"] == position
         page = (alice if order[0] in physics + tasks else bob).get(f"/jobs/{order[0]}/").content.decode()
         assert f"Position <b>1</b> of {len(order)}" in page
+        assert "Ordered by holding nodes no, score " in page and "holds_nodes" not in page  # in words
         ops = op.get("/ops/groups/rg-main/").content.decode()
         assert [int(x) for x in re.findall(r'<tr data-id="(\d+)"><td class="pos">\d+', ops)] == order
         schedule_pass(resource_group.pk)
