@@ -204,7 +204,10 @@ def verb(request: HttpRequest, pk: int, name: str) -> HttpResponse:
 class SubmitForm(forms.Form):
     """A job as a tenant member writes it; the API's own checks judge it (``AllocationInput``)."""
 
-    resource_group = forms.ModelChoiceField(queryset=ResourceGroup.objects.order_by("name"), to_field_name="name")
+    resource_group = forms.ModelChoiceField(queryset=ResourceGroup.objects.order_by("name"), to_field_name="name",
+                                            required=False, empty_label="your tenant's default",
+                                            help_text="Blank: your tenant's default resource group, as the API "
+                                                      "and the CLI take it.")
     vcluster = forms.ChoiceField(required=False, label="vCluster")
     session_type = forms.ChoiceField(required=False)
     nodes = IntegerField(min_value=1, initial=1)
@@ -242,10 +245,12 @@ class SubmitForm(forms.Form):
 
     def payload(self) -> dict[str, Any]:
         d = self.cleaned_data
-        out = {"resource_group": d["resource_group"].name, "nodes": d["nodes"],
+        out = {"nodes": d["nodes"],
                "per_node": {"gpu": d["gpus_per_node"]}, "preemption_class": d["preemption_class"],
                "checkpoint": d["checkpoint"],
                "walltime_minutes": d["walltime_minutes"], "command": d["command"]}
+        if d["resource_group"] is not None:
+            out["resource_group"] = d["resource_group"].name
         for key in ("vcluster", "session_type", "priority", "rank"):
             if d[key] not in (None, ""):
                 out[key] = d[key]

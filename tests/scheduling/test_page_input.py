@@ -114,3 +114,17 @@ def test_the_submit_form_splits_the_command_as_a_shell_would_and_refuses_an_open
     assert page.status_code == 200 and "cannot split the command into words" in page.content.decode()
     assert 'python -c &quot;print(1)' in page.content.decode()  # what was typed is kept
     assert Allocation.objects.count() == 1
+
+
+def test_the_submit_form_takes_the_tenant_s_default_group_when_none_is_chosen(
+        client, tenant_physics, resource_group, two_nodes):
+    client.force_login(tenant_physics.memberships.first().user)
+    form = {"resource_group": "", "nodes": 1, "gpus_per_node": 8, "preemption_class": 3, "checkpoint": "none",
+            "command": "sleep 5", "action": "submit"}
+    page = client.post("/jobs/new/", form)
+    assert page.status_code == 200 and "name a resource group (the tenant has no default)" in page.content.decode()
+    assert not Allocation.objects.exists()
+    tenant_physics.quota.default_resource_group = resource_group
+    tenant_physics.quota.save()
+    assert client.post("/jobs/new/", form).status_code == 302
+    assert Allocation.objects.get().resource_group == resource_group
