@@ -18,11 +18,15 @@ from typing import Any
 
 from scheduling.engine import InvalidDocument, parse_policy, parse_scenario
 from scheduling.engine import model as em
+from scheduling.engine.reader import NUMBER_LIMIT
 
 from .trace import Job, ReplayError
 
 _SPEC_FIELDS = {"nodes", "gpus_per_node", "cpus_per_node", "vclusters", "session_types", "tenants",
                 "default_fair_share", "name"}
+# A spec's nodes are made one by one (named n00000 to n99999): a count past this is a typo, not a
+# cluster, and would be allocated before anything else could refuse it.
+MAX_NODES = 100_000
 
 
 @dataclass
@@ -98,9 +102,12 @@ def load_spec(path: str) -> ClusterSpec:
     if unknown:
         raise ReplayError(f"cluster spec: unknown field {unknown[0]!r} ({', '.join(sorted(_SPEC_FIELDS))})")
     count, gpus, cpus = doc.get("nodes"), doc.get("gpus_per_node"), doc.get("cpus_per_node", 0)
-    for key, value in (("nodes", count), ("gpus_per_node", gpus), ("cpus_per_node", cpus)):
+    for key, value, hi in (("nodes", count, MAX_NODES), ("gpus_per_node", gpus, NUMBER_LIMIT),
+                           ("cpus_per_node", cpus, NUMBER_LIMIT)):
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "cpus_per_node" else 1):
             raise ReplayError(f"cluster spec: {key} must be a positive integer")
+        if value > hi:
+            raise ReplayError(f"cluster spec: {key} must be at most {hi}, not {value}")
     assert isinstance(count, int) and isinstance(gpus, int) and isinstance(cpus, int)
     homes: list[str | None] = []
     vc_docs = doc.get("vclusters") or []
@@ -112,9 +119,9 @@ def load_spec(path: str) -> ClusterSpec:
         n = vc.get("nodes", 0)
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ReplayError(f"cluster spec: vclusters[{i}].nodes must be a non-negative integer")
+        if len(homes) + n > count:  # checked before the list is made: a count may be any size
+            raise ReplayError(f"cluster spec: the vclusters' nodes ({len(homes) + n}) are more than nodes ({count})")
         homes += [vc.get("name")] * n
-    if len(homes) > count:
-        raise ReplayError(f"cluster spec: the vclusters' nodes ({len(homes)}) are more than nodes ({count})")
     capacity = {"gpu": float(gpus), **({"cpu": float(cpus)} if cpus else {})}
     nodes = [{"name": f"n{i:05d}", "capacity": capacity, "vcluster": homes[i] if i < len(homes) else None}
              for i in range(count)]

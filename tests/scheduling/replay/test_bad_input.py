@@ -121,6 +121,13 @@ def test_a_class_or_priority_out_of_range_in_the_trace_is_a_bad_line(tmp_path):
     ('{"nodes": 4, "gpus_per_node": 8, "default_fair_share": NaN}', "default_fair_share must be"),
     ('{"nodes": 4, "gpus_per_node": 8, "default_fair_share": Infinity}', "default_fair_share must be"),
     ('{"nodes": 4, "gpus_per_node": 8, "default_fair_share": -1}', "default_fair_share must be"),
+    # absurd sizes are refused before a node is made, not allocated (10**12 nodes) or overflowed
+    ('{"nodes": 1000000000000, "gpus_per_node": 8}', "nodes must be at most 100000, not 1000000000000"),
+    ('{"nodes": 100001, "gpus_per_node": 8}', "nodes must be at most 100000"),
+    ('{"nodes": 4, "gpus_per_node": 1' + "0" * 400 + '}', "gpus_per_node must be at most 1000000000000000"),
+    ('{"nodes": 4, "gpus_per_node": 8, "cpus_per_node": 1' + "0" * 400 + '}', "cpus_per_node must be at most"),
+    ('{"nodes": 4, "gpus_per_node": 8, "vclusters": [{"name": "a", "nodes": 1000000000000}]}',
+     "the vclusters' nodes \\(1000000000000\\) are more than nodes \\(4\\)"),
 ])
 def test_a_bad_cluster_spec_exits_2_naming_the_field(tmp_path, spec, message):
     path = tmp_path / "spec.json"
