@@ -114,6 +114,8 @@ def load_mapping(fmt: str, path: str | None) -> Mapping:
                 given = json.load(f)
         except (OSError, ValueError) as exc:
             raise ReplayError(f"mapping {path}: {exc}") from exc
+        except RecursionError:  # json's decoder recurses once per level of nesting
+            raise ReplayError(f"mapping {path}: nested too deeply to be read") from None
         if not isinstance(given, dict):
             raise ReplayError(f"mapping {path}: must be a JSON object")
         unknown = sorted(set(given) - _TOP)

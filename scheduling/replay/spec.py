@@ -82,6 +82,8 @@ def load_json(path: str, what: str) -> Any:
             return json.load(f)
     except (OSError, ValueError) as exc:
         raise ReplayError(f"{what} {path}: {exc}") from exc
+    except RecursionError:  # json's decoder recurses once per level of nesting
+        raise ReplayError(f"{what} {path}: nested too deeply to be read") from None
 
 
 def load_policy(path: str) -> em.Policy:

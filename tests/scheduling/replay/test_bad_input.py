@@ -167,3 +167,14 @@ def test_a_job_running_far_past_the_trace_keeps_the_series_small(tmp_path, run):
 def test_from_not_before_until_exits_2_instead_of_replaying_nothing(until):
     error = _replay(CC, "--from", "2021-03-01", "--until", until)
     assert f"--from 2021-03-01 is not before --until {until}" in str(error)
+
+
+@pytest.mark.parametrize("option", ["--cluster", "--policy", "--compare", "--mapping"])
+def test_a_json_file_nested_past_what_the_decoder_reads_exits_2(tmp_path, option):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    files = {"--cluster": str(SAMPLES / "cluster-small.json"), "--policy": str(SAMPLES / "priority.json")}
+    files[option] = str(deep)
+    with pytest.raises(CommandError, match=re.escape(f"{deep}: nested too deeply to be read")) as exc:
+        call_command("replay", str(CC), "--json", *(a for pair in files.items() for a in pair))
+    assert exc.value.returncode == 2
