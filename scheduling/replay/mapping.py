@@ -15,6 +15,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduling.engine import MAX_DURATION_MINUTES
+from scheduling.engine.reader import NUMBER_LIMIT
+
 from .trace import ReplayError
 
 FIELDS = ("tenant", "user", "vcluster", "session_type", "class", "priority", "checkpoint")
@@ -123,14 +126,19 @@ def load_mapping(fmt: str, path: str | None) -> Mapping:
             raise ReplayError(f"mapping: unknown field {unknown[0]!r} (fields: {', '.join(sorted(_TOP))})")
         doc.update(given)
     rules = {name: _rule(name, doc.get(name)) for name in FIELDS}
-    return Mapping(rules, checkpoint_minutes=_number(doc, "checkpoint_minutes", 5.0),
-                   min_gpus=_number(doc, "min_gpus", 0.0), gpus_per_processor=_number(doc, "gpus_per_processor", 1.0))
+    return Mapping(rules, checkpoint_minutes=_number(doc, "checkpoint_minutes", 5.0, MAX_DURATION_MINUTES),
+                   min_gpus=_number(doc, "min_gpus", 0.0, NUMBER_LIMIT),
+                   gpus_per_processor=_number(doc, "gpus_per_processor", 1.0, NUMBER_LIMIT))
 
 
-def _number(doc: dict[str, Any], key: str, default: float) -> float:
+def _number(doc: dict[str, Any], key: str, default: float, hi: int) -> float:
+    """At most ``hi``, as the engine's documents: a checkpoint of 1e308 minutes, or 1e308 GPUs per
+    processor, overflows the simulation's sums to infinity and NaN."""
     value = doc.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
         raise ReplayError(f"mapping: {key} must be a non-negative number")
+    if value > hi:
+        raise ReplayError(f"mapping: {key} must be at most {hi}, not {value}")
     return float(value)
 
 
@@ -153,15 +161,16 @@ def _rule(name: str, raw: Any) -> Rule:
         raise ReplayError(f"mapping: {name} needs 'from' or 'value'")
     bands = raw.get("bands")
     if bands == "quartiles":
-        rule.quartiles = list(raw.get("band_values") or [])
-        if len(rule.quartiles) < 2:
+        values = raw.get("band_values") or []
+        if not isinstance(values, list) or len(values) < 2:
             raise ReplayError(f"mapping: {name}.band_values needs two or more values with bands 'quartiles'")
+        rule.quartiles = values
     elif bands is not None:
         try:
             rule.bands = sorted((float(t), v) for t, v in bands)
             if not all(math.isfinite(t) for t, _ in rule.bands):
                 raise ValueError("a threshold is not a finite number")
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:  # (an integer past what a float holds)
             raise ReplayError(f"mapping: {name}.bands must be [[threshold, value], ...]") from exc
     for value in [rule.value, rule.default, *rule.table.values(), *(v for _, v in rule.bands or []),
                   *(rule.quartiles or [])]:

@@ -88,6 +88,12 @@ def test_an_swf_start_time_that_is_not_a_number_exits_2(tmp_path, value):
     ('{"class": {"from": "queue", "bands": [[NaN, 1]]}}', "class.bands must be"),
     ('{"tenant": {"from": "group", "prefix": null}}', "tenant.prefix must be a string, not None"),
     ('{"user": {"from": 3}}', "user.from must be a string, not 3"),
+    ('{"checkpoint_minutes": 1e308}', "checkpoint_minutes must be at most 52560000, not 1e\\+308"),
+    ('{"gpus_per_processor": 1e308}', "gpus_per_processor must be at most 1000000000000000"),
+    ('{"min_gpus": 1' + "0" * 400 + '}', "min_gpus must be at most 1000000000000000"),
+    ('{"class": {"from": "queue", "bands": [[1' + "0" * 400 + ', 1]]}}', "class.bands must be"),
+    ('{"class": {"from": "queue", "bands": "quartiles", "band_values": 5}}', "class.band_values needs two"),
+    ('{"class": {"from": "queue", "bands": "quartiles", "band_values": "ab"}}', "class.band_values needs two"),
 ])
 def test_a_bad_mapping_exits_2_naming_the_field(tmp_path, mapping, message):
     trace, path = tmp_path / "t.swf", tmp_path / "m.json"
