@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO
 
+from scheduling.engine.reader import NUMBER_LIMIT
+
 from .mapping import Mapping, OutOfRange
 from .trace import Job, ReadStats, ReplayError
 
@@ -80,6 +82,15 @@ def _num(text: str, what: str) -> float:
     return value
 
 
+def _size(text: str, what: str) -> float:
+    """A time or a size the replay computes with: at most 10**15 in magnitude, as every number of the
+    engine's documents (a run of 1e308 s overflows the simulation's sums to infinity and NaN)."""
+    value = _num(text, what)
+    if abs(value) > NUMBER_LIMIT:
+        raise LineError(f"{what} past {NUMBER_LIMIT}")
+    return value
+
+
 def read_swf(lines: Iterable[str], columns: list[str], stats: ReadStats, strict: bool) -> Iterator[Record]:
     """SWF: 18 whitespace-separated fields per job; ``;`` starts a comment (the header's
     ``UnixStartTime`` makes submit times absolute). -1 means unknown."""
@@ -108,13 +119,18 @@ def _start_time(number: int, text: str) -> float:
         value = math.nan
     if not math.isfinite(value):
         raise ReplayError(f"line {number}: UnixStartTime {text!r} is not a number")
+    if abs(value) > NUMBER_LIMIT:
+        raise ReplayError(f"line {number}: UnixStartTime {text!r} is past {NUMBER_LIMIT}")
     return value
+
+
+_SWF_SIZES = {SWF_COLUMNS.index(c) for c in ("submit", "run", "procs", "req_procs", "req_time")}
 
 
 def _swf_record(number: int, parts: list[str], base: float, picks: list[int]) -> Record:
     if len(parts) != 18:
         raise LineError(f"{len(parts)} fields, SWF has 18")
-    values = [_num(p, SWF_COLUMNS[i]) for i, p in enumerate(parts)]
+    values = [(_size if i in _SWF_SIZES else _num)(p, SWF_COLUMNS[i]) for i, p in enumerate(parts)]
     run = values[3]
     if run < 0:
         raise LineError("no run time")
@@ -168,15 +184,15 @@ def _slurm_record(number: int, row: list[str], at: dict[str, int], picks: list[i
         submit = datetime.strptime(row[at["submit_time"]], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
     except ValueError:
         raise LineError("bad submit_time") from None
-    run = _num(row[at["run_time_sec"]], "run_time_sec")
+    run = _size(row[at["run_time_sec"]], "run_time_sec")
     if run < 0:
         raise LineError("no run time")
-    limit = _num(row[at["time_limit_sec"]] or "0", "time_limit_sec")
-    gpus = _num(row[at["req_gpus"]] or "0", "req_gpus")
-    nodes = _num(row[at["alloc_nodes"]] or "1", "alloc_nodes")
+    limit = _size(row[at["time_limit_sec"]] or "0", "time_limit_sec")
+    gpus = _size(row[at["req_gpus"]] or "0", "req_gpus")
+    nodes = _size(row[at["alloc_nodes"]] or "1", "alloc_nodes")
     if gpus < 0 or nodes < 1:
         raise LineError("bad size")
-    cpus = _num(row[cpus_at] or "0", "req_cpus") if cpus_at is not None else 0.0
+    cpus = _size(row[cpus_at] or "0", "req_cpus") if cpus_at is not None else 0.0
     raw = tuple(row[i] or None for i in picks)
     return Record(number, row[at["job_id"]], submit, run, limit if limit > 0 else None, gpus, int(nodes), cpus, raw)
 

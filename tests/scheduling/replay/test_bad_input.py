@@ -157,7 +157,7 @@ def test_jobs_must_be_a_positive_count(jobs):
     assert "--jobs must be a positive number of jobs" in str(error)
 
 
-@pytest.mark.parametrize("run", ["1e9", "1e300"])
+@pytest.mark.parametrize("run", ["1e9", "1e15"])  # 1e15: the longest run a trace may give
 def test_a_job_running_far_past_the_trace_keeps_the_series_small(tmp_path, run):
     trace = tmp_path / "t.swf"
     trace.write_text(SWF_LINE + f"2 5 -1 {run} 4 -1 -1 -1 -1 -1 1 1 1 -1 0 -1 -1 -1\n")
@@ -167,6 +167,57 @@ def test_a_job_running_far_past_the_trace_keeps_the_series_small(tmp_path, run):
     (policy,) = json.loads(out.getvalue())["policies"]
     assert policy["summary"]["finished"] == 2
     assert len(policy["series"]["gpu_utilisation"]) <= 10_001
+
+
+def _strict_json(text: str) -> dict:
+    def refuse(word: str) -> None:
+        raise AssertionError(f"{word} in the report: not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(("line", "reason"), [
+    ("2 5 -1 1e308 4 -1 -1 -1 -1 -1 1 1 1 -1 0 -1 -1 -1", "run past 1000000000000000"),
+    ("2 1e300 -1 10 4 -1 -1 -1 -1 -1 1 1 1 -1 0 -1 -1 -1", "submit past 1000000000000000"),
+    ("2 -1e300 -1 10 4 -1 -1 -1 -1 -1 1 1 1 -1 0 -1 -1 -1", "submit past 1000000000000000"),
+    ("2 5 -1 10 1e308 -1 -1 -1 -1 -1 1 1 1 -1 0 -1 -1 -1", "procs past 1000000000000000"),
+    ("2 5 -1 10 -1 -1 -1 1e308 -1 -1 1 1 1 -1 0 -1 -1 -1", "req_procs past 1000000000000000"),
+    ("2 5 -1 10 4 -1 -1 -1 1e308 -1 1 1 1 -1 0 -1 -1 -1", "req_time past 1000000000000000"),
+])
+def test_an_swf_time_or_size_past_the_engines_numbers_is_a_bad_line(tmp_path, line, reason):
+    """A run of 1e308 s made the report's utilisation NaN (not JSON); 1e308 processors at
+    gpus_per_processor 1e15 overflowed the job's size (OverflowError)."""
+    trace, mapping = tmp_path / "t.swf", tmp_path / "m.json"
+    trace.write_text(SWF_LINE + line + "\n")
+    mapping.write_text('{"gpus_per_processor": 1e15}')
+    out = io.StringIO()
+    call_command("replay", str(trace), "--cluster", str(SAMPLES / "cluster-small.json"), "--mapping", str(mapping),
+                 "--policy", str(SAMPLES / "priority.json"), "--json", stdout=out)
+    report = _strict_json(out.getvalue())
+    assert report["trace"]["bad_lines"] == {reason: 1} and report["trace"]["jobs"] == 0
+    with pytest.raises(CommandError, match=f"line 2: {reason} \\(--strict\\)"):
+        call_command("replay", str(trace), "--cluster", str(SAMPLES / "cluster-small.json"), "--strict",
+                     "--mapping", str(mapping), "--policy", str(SAMPLES / "priority.json"), "--json", stdout=out)
+
+
+def test_an_swf_start_time_past_the_engines_numbers_exits_2(tmp_path):
+    """1e308 plus a submit of 1e308 was an infinite submit time, and Infinity in the report."""
+    trace = tmp_path / "t.swf"
+    trace.write_text("; UnixStartTime: 1e308\n" + SWF_LINE)
+    with pytest.raises(ReplayError, match="line 1: UnixStartTime '1e308' is past 1000000000000000"):
+        load_trace(str(trace), "swf", None, SPEC)
+
+
+@pytest.mark.parametrize("column", ["run_time_sec", "time_limit_sec", "req_gpus", "alloc_nodes", "req_cpus"])
+def test_a_slurm_time_or_size_past_the_engines_numbers_is_a_bad_line(tmp_path, column):
+    trace = tmp_path / "t.csv"
+    header = "job_id,submit_time,run_time_sec,time_limit_sec,req_gpus,alloc_nodes,req_cpus\n"
+    row = {"job_id": "2", "submit_time": "2021-01-01 00:00:00", "run_time_sec": "10", "time_limit_sec": "20",
+           "req_gpus": "4", "alloc_nodes": "1", "req_cpus": "4", column: "1e308"}
+    trace.write_text(header + "1,2021-01-01 00:00:00,10,20,4,1,4\n" + ",".join(row.values()) + "\n")
+    mapping = tmp_path / "m.json"
+    mapping.write_text('{"tenant": {"value": "t"}, "vcluster": null, "class": null, "priority": null}')
+    jobs, stats = load_trace(str(trace), "slurm-csv", str(mapping), SPEC)
+    assert len(jobs) == 1 and dict(stats.bad) == {f"{column} past 1000000000000000": 1}
 
 
 @pytest.mark.parametrize("until", ["2021-03-01", "2021-02-01"])
