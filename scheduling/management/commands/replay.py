@@ -35,6 +35,46 @@ def _date(text: str | None) -> datetime | None:
     return moment
 
 
+REPORT_FILES = ("replay.json", "replay.html")
+
+
+def _check_out(out: str) -> None:
+    """--out must be a directory this user can write in, or one it can make."""
+    where = os.path.abspath(out)
+    if os.path.exists(where) and not os.path.isdir(where):
+        raise ReplayError(f"--out {out}: not a directory")
+    for name in REPORT_FILES:
+        if os.path.isdir(os.path.join(where, name)):
+            raise ReplayError(f"--out {out}: {name} there is a directory")
+    while not os.path.exists(where):
+        where = os.path.dirname(where)
+    if not os.path.isdir(where):
+        raise ReplayError(f"--out {out}: {where} is not a directory")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise ReplayError(f"--out {out}: cannot write in {where}")
+
+
+def _write_out(out: str, doc: dict[str, Any]) -> None:
+    """replay.json and replay.html, both rendered before either is written, each written beside its
+    place and moved there once both are: a failure to write (a full disk) leaves the directory as it
+    was, never half a report."""
+    texts = [json.dumps(doc, indent=1, sort_keys=True), render(doc)]
+    temps = [os.path.join(out, f".{name}.tmp") for name in REPORT_FILES]
+    try:
+        os.makedirs(out, exist_ok=True)
+        for temp, text in zip(temps, texts, strict=True):
+            with open(temp, "w", encoding="utf-8") as f:
+                f.write(text)
+        for temp, name in zip(temps, REPORT_FILES, strict=True):
+            os.replace(temp, os.path.join(out, name))
+    except (OSError, UnicodeError) as exc:
+        raise ReplayError(f"--out {out}: {exc}") from None
+    finally:
+        for temp in temps:
+            if os.path.exists(temp):
+                os.remove(temp)
+
+
 class Command(BaseCommand):
     help = "Replay a workload trace through one or more policies and report what each would have done."
     requires_system_checks: list[str] = []
@@ -62,15 +102,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **o: Any) -> None:
         try:
+            if o["out"]:
+                _check_out(o["out"])  # before the replay, which may take minutes
             doc = self._run(o)
+            if o["out"]:
+                _write_out(o["out"], doc)
         except ReplayError as exc:
             raise CommandError(str(exc), returncode=2) from None
-        if o["out"]:
-            os.makedirs(o["out"], exist_ok=True)
-            with open(os.path.join(o["out"], "replay.json"), "w", encoding="utf-8") as f:
-                json.dump(doc, f, indent=1, sort_keys=True)
-            with open(os.path.join(o["out"], "replay.html"), "w", encoding="utf-8") as f:
-                f.write(render(doc))
         if o["json"]:
             self.stdout.write(json.dumps(doc, sort_keys=True))
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import re
 import zipfile
 from pathlib import Path
@@ -235,3 +236,38 @@ def test_a_json_file_nested_past_what_the_decoder_reads_exits_2(tmp_path, option
     with pytest.raises(CommandError, match=re.escape(f"{deep}: nested too deeply to be read")) as exc:
         call_command("replay", str(CC), "--json", *(a for pair in files.items() for a in pair))
     assert exc.value.returncode == 2
+
+
+def _replay_out(out: Path) -> None:
+    call_command("replay", str(SAMPLES / "NASA-iPSC-1993-3.1-cln.first3000.swf"), "--cluster",
+                 str(SAMPLES / "cluster-small.json"), "--policy", str(SAMPLES / "priority.json"), "--jobs", "20",
+                 "--json", "--out", str(out), stdout=io.StringIO())
+
+
+@pytest.mark.parametrize(("where", "message"), [
+    ("file", "--out {out}: not a directory"),
+    ("file/sub", "--out {out}: {file} is not a directory"),
+    ("dir-in-the-way", "--out {out}: replay.html there is a directory"),
+])
+def test_an_out_that_cannot_hold_the_report_exits_2_before_the_replay(tmp_path, where, message):
+    """It was a FileExistsError or NotADirectoryError traceback once the replay had run."""
+    (tmp_path / "file").write_text("mine")
+    (tmp_path / "dir-in-the-way" / "replay.html").mkdir(parents=True)
+    out = tmp_path / where
+    with pytest.raises(CommandError, match=re.escape(message.format(out=out, file=tmp_path / "file"))) as exc:
+        _replay_out(out)
+    assert exc.value.returncode == 2
+    assert (tmp_path / "file").read_text() == "mine" and os.listdir(tmp_path / "dir-in-the-way") == ["replay.html"]
+
+
+def test_a_report_that_cannot_be_written_leaves_the_old_one_whole(tmp_path, monkeypatch):
+    """replay.json was written before replay.html was rendered: a failure there left half a report."""
+    _replay_out(tmp_path)
+    before = {name: (tmp_path / name).read_text() for name in ("replay.json", "replay.html")}
+    monkeypatch.setattr("scheduling.management.commands.replay.render", lambda doc: "\ud800")  # utf-8 cannot
+    (tmp_path / "replay.json").write_text("old")
+    with pytest.raises(CommandError, match=f"--out {re.escape(str(tmp_path))}: 'utf-8' codec") as exc:
+        _replay_out(tmp_path)
+    assert exc.value.returncode == 2
+    assert sorted(os.listdir(tmp_path)) == ["replay.html", "replay.json"]
+    assert (tmp_path / "replay.json").read_text() == "old" and (tmp_path / "replay.html").read_text() == before["replay.html"]
