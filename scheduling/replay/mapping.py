@@ -18,7 +18,7 @@ from typing import Any
 from scheduling.engine import MAX_DURATION_MINUTES
 from scheduling.engine.reader import NUMBER_LIMIT
 
-from .trace import ReplayError
+from .trace import ReplayError, check_text
 
 FIELDS = ("tenant", "user", "vcluster", "session_type", "class", "priority", "checkpoint")
 NUMBERS = {"class": (0, 10), "priority": (0, 100)}
@@ -119,6 +119,7 @@ def load_mapping(fmt: str, path: str | None) -> Mapping:
             raise ReplayError(f"mapping {path}: {exc}") from exc
         except RecursionError:  # json's decoder recurses once per level of nesting
             raise ReplayError(f"mapping {path}: nested too deeply to be read") from None
+        check_text(given, f"mapping {path}")
         if not isinstance(given, dict):
             raise ReplayError(f"mapping {path}: must be a JSON object")
         unknown = sorted(set(given) - _TOP)

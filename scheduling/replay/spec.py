@@ -20,7 +20,7 @@ from scheduling.engine import InvalidDocument, parse_policy, parse_scenario
 from scheduling.engine import model as em
 from scheduling.engine.reader import NUMBER_LIMIT
 
-from .trace import Job, ReplayError
+from .trace import Job, ReplayError, check_text
 
 _SPEC_FIELDS = {"nodes", "gpus_per_node", "cpus_per_node", "vclusters", "session_types", "tenants",
                 "default_fair_share", "name"}
@@ -79,11 +79,13 @@ class ClusterSpec:
 def load_json(path: str, what: str) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            doc = json.load(f)
     except (OSError, ValueError) as exc:
         raise ReplayError(f"{what} {path}: {exc}") from exc
     except RecursionError:  # json's decoder recurses once per level of nesting
         raise ReplayError(f"{what} {path}: nested too deeply to be read") from None
+    check_text(doc, f"{what} {path}")
+    return doc
 
 
 def load_policy(path: str) -> em.Policy:

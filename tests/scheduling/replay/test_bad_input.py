@@ -271,3 +271,20 @@ def test_a_report_that_cannot_be_written_leaves_the_old_one_whole(tmp_path, monk
     assert exc.value.returncode == 2
     assert sorted(os.listdir(tmp_path)) == ["replay.html", "replay.json"]
     assert (tmp_path / "replay.json").read_text() == "old" and (tmp_path / "replay.html").read_text() == before["replay.html"]
+
+
+@pytest.mark.parametrize(("option", "content"), [
+    ("--mapping", '{"tenant": {"value": "t\\ud800"}}'),
+    ("--cluster", '{"nodes": 2, "gpus_per_node": 4, "tenants": [{"name": "\\udfff", "fair_share": 0.5}]}'),
+])
+def test_a_lone_surrogate_in_a_json_file_exits_2_before_the_replay(tmp_path, option, content):
+    """JSON's \\ud800 escape reads as a lone surrogate, which replay.html could not be written with:
+    a UnicodeEncodeError traceback once the replay had run, with replay.json already written."""
+    path = tmp_path / "doc.json"
+    path.write_text(content)
+    files = {"--cluster": str(SAMPLES / "cluster-small.json"), "--policy": str(SAMPLES / "priority.json")}
+    files[option] = str(path)
+    with pytest.raises(CommandError, match=re.escape(f"{path}: '\\ud") + ".* is not a character") as exc:
+        call_command("replay", str(SAMPLES / "NASA-iPSC-1993-3.1-cln.first3000.swf"), "--jobs", "20", "--json",
+                     "--out", str(tmp_path / "out"), *(a for pair in files.items() for a in pair))
+    assert exc.value.returncode == 2 and not (tmp_path / "out").exists()
