@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import lzma
 import math
 import zipfile
 import zlib
@@ -50,22 +51,25 @@ def guess_format(path: str) -> str:
 
 
 def open_text(path: str) -> IO[str]:
-    """A trace as text: plain, gzip, or the first file of a zip."""
+    """A trace as text: plain, gzip, or the first file of a zip (its folders' entries passed over)."""
     try:
         if path.endswith(".gz"):
             return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
         if path.endswith(".zip"):
             archive = zipfile.ZipFile(path)
-            if not archive.namelist():
+            files = [entry for entry in archive.infolist() if not entry.is_dir()]
+            if not files:
                 raise ReplayError(f"cannot read {path}: the zip archive holds no file")
-            return io.TextIOWrapper(archive.open(archive.namelist()[0]), encoding="utf-8", errors="replace")
+            return io.TextIOWrapper(archive.open(files[0].filename), encoding="utf-8", errors="replace")
         return open(path, encoding="utf-8", errors="replace")
     except (OSError, zipfile.BadZipFile) as exc:
+        raise ReplayError(f"cannot read {path}: {exc}") from exc
+    except RuntimeError as exc:  # zipfile: an encrypted file, a compression it does not have (Deflate64)
         raise ReplayError(f"cannot read {path}: {exc}") from exc
 
 
 # What reading a compressed trace raises past its opening, where its content is broken.
-UNREADABLE = (OSError, EOFError, zlib.error, zipfile.BadZipFile)
+UNREADABLE = (OSError, EOFError, zlib.error, lzma.LZMAError, zipfile.BadZipFile)
 
 
 class LineError(ValueError):

@@ -288,3 +288,46 @@ def test_a_lone_surrogate_in_a_json_file_exits_2_before_the_replay(tmp_path, opt
         call_command("replay", str(SAMPLES / "NASA-iPSC-1993-3.1-cln.first3000.swf"), "--jobs", "20", "--json",
                      "--out", str(tmp_path / "out"), *(a for pair in files.items() for a in pair))
     assert exc.value.returncode == 2 and not (tmp_path / "out").exists()
+
+
+def _zip(compression: int = zipfile.ZIP_DEFLATED, folder: bool = False) -> bytearray:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=compression) as archive:
+        if folder:
+            archive.writestr("trace/", "")
+        archive.writestr("trace/t.swf", SWF_LINE * 100)
+    return bytearray(out.getvalue())
+
+
+def _flag(data: bytearray, local: int, central: int, value: int, *, set_bit: bool = False) -> bytearray:
+    """Write ``value`` at an offset of the local file header and of the central directory's entry."""
+    for at in (local, data.find(b"PK\x01\x02") + central):
+        data[at] = data[at] | value if set_bit else value
+    return data
+
+
+def _garbled(data: bytearray) -> bytearray:
+    data[50:70] = bytes(b ^ 0x5A for b in data[50:70])
+    return data
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (_flag(_zip(), 6, 8, 1, set_bit=True), "is encrypted, password required"),
+    (_flag(_zip(), 8, 10, 9), "That compression method is not supported"),  # Deflate64, as Windows writes
+    (_garbled(_zip(zipfile.ZIP_LZMA)), "Corrupt input data"),
+    (_garbled(_zip(zipfile.ZIP_BZIP2)), "Invalid data stream"),
+], ids=["encrypted", "deflate64", "corrupt-lzma", "corrupt-bzip2"])
+def test_a_zip_trace_that_cannot_be_read_exits_2_naming_the_file(tmp_path, content, message):
+    """The first three were tracebacks: RuntimeError, NotImplementedError and LZMAError are no OSError."""
+    trace = tmp_path / "t.swf.zip"
+    trace.write_bytes(bytes(content))
+    error = str(_replay(trace))
+    assert f"cannot read {trace}" in error and message in error
+
+
+def test_a_zip_trace_is_its_first_file_not_its_first_folder(tmp_path):
+    """A zip listing its folder first was read as that folder's empty entry: an empty replay."""
+    trace = tmp_path / "t.swf.zip"
+    trace.write_bytes(bytes(_zip(folder=True)))
+    jobs, stats = load_trace(str(trace), "swf", None, SPEC)
+    assert len(jobs) == 100 and stats.lines == 100
