@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from scheduling.engine import model as em
 from scheduling.replay.run import load_trace
@@ -331,3 +333,42 @@ def test_a_zip_trace_is_its_first_file_not_its_first_folder(tmp_path):
     trace.write_bytes(bytes(_zip(folder=True)))
     jobs, stats = load_trace(str(trace), "swf", None, SPEC)
     assert len(jobs) == 100 and stats.lines == 100
+
+
+_SWF_ODD = st.sampled_from(["0", "-1", "1e308", "-1e308", "1e15", "1e16", "0.5", "1e-300", "nan", "inf", "x",
+                            "\u0661", "\x00", "\ufeff", ";"])
+# a good job's line (no walltime) with some of its fields replaced, or a line of any tokens
+_SWF_LINES = st.one_of(
+    st.dictionaries(st.integers(0, 17), _SWF_ODD, max_size=4).map(
+        lambda odd: " ".join(odd.get(i, f) for i, f in enumerate(SWF_LINE.replace(" 20 ", " -1 ").split()))),
+    st.lists(_SWF_ODD | st.just("UnixStartTime:"), max_size=20).map(" ".join))
+
+
+@settings(max_examples=150, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(lines=["1 0 -1 1e308 4 -1 -1 -1 -1 -1 1 1 1 -1 0 -1 -1 -1"], noise=b"", compress="", cut=0)  # NaN
+@example(lines=["; UnixStartTime: 1e308", "1 1e308 -1 10 4 -1 -1 -1 -1 -1 1 1 1 -1 0 -1 -1 -1"], noise=b"",
+         compress=".gz", cut=0)  # an infinite submit time
+@given(lines=st.lists(_SWF_LINES, max_size=8),
+       noise=st.binary(max_size=64), compress=st.sampled_from(["", ".gz", ".zip"]), cut=st.integers(0, 200))
+def test_any_swf_file_replays_or_exits_2(tmp_path, lines, noise, compress, cut):
+    """Any SWF file, plain or compressed, whole or cut short: a report that is JSON, or exit 2."""
+    data = ("\n".join(lines) + "\n").encode() + noise
+    if compress == ".gz":
+        data = gzip.compress(data, mtime=0)
+    elif compress == ".zip":
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("t.swf", data)
+        data = out.getvalue()
+    trace = tmp_path / f"t.swf{compress}"
+    trace.write_bytes(data[:len(data) - cut] if compress and cut else data)
+    out_text = io.StringIO()
+    try:
+        call_command("replay", str(trace), "--cluster", str(SAMPLES / "cluster-small.json"),
+                     "--policy", str(SAMPLES / "priority.json"), "--json", stdout=out_text)
+    except CommandError as exc:
+        assert exc.returncode == 2
+        return
+    report = _strict_json(out_text.getvalue())
+    assert report["trace"]["jobs"] <= len(lines)
