@@ -1,6 +1,8 @@
 """The API's parsers refuse a NUL character anywhere in one (a key or a
 value, at any depth) as a field error naming the top-level field: PostgreSQL refuses NUL in
-text and in JSON, so such a value, stored or looked up, was a 500."""
+text and in JSON, so such a value, stored or looked up, was a 500. So is a lone surrogate
+(JSON's ``"\\ud800"``), which is no character at all: UTF-8 cannot carry it, so neither the
+database nor an error naming it could, and a key holding one was a 500 when the answer named it."""
 
 from __future__ import annotations
 
@@ -11,33 +13,54 @@ from rest_framework.exceptions import ValidationError
 
 from lattice_site.middleware import NUL, NUL_MESSAGE
 
+SURROGATE_MESSAGE = "must not contain a lone surrogate (\\ud800 to \\udfff): it is no character"
 
-def has_nul(value: Any) -> bool:
+
+def _unusable(text: str) -> str | None:
+    """Why ``text`` cannot be stored or shown, or None."""
+    if NUL in text:
+        return NUL_MESSAGE
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return SURROGATE_MESSAGE
+    return None
+
+
+def problem(value: Any) -> str | None:
+    """Why a parsed value cannot be used (a NUL or a lone surrogate in a key or a text, at any
+    depth), or None."""
     if isinstance(value, str):
-        return NUL in value
+        return _unusable(value)
     if isinstance(value, dict):
-        return any(has_nul(k) or has_nul(v) for k, v in value.items())
+        return next((p for k, v in value.items() if (p := problem(k) or problem(v))), None)
     if isinstance(value, list):
-        return any(has_nul(v) for v in value)
-    return False
+        return next((p for v in value if (p := problem(v))), None)
+    return None
 
 
-def refuse_nul(data: Any) -> None:
-    """Raise a field error for each top-level field with a NUL in its name or anywhere in its value."""
+def _shown(name: str) -> str:
+    """A field's name as an error can show it: NUL and lone surrogates escaped."""
+    return name.replace(NUL, "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def refuse_unusable(data: Any) -> None:
+    """Raise a field error for each top-level field with a NUL or a lone surrogate in its name or
+    anywhere in its value."""
     fields = dict(data.lists()) if hasattr(data, "lists") else data
     if isinstance(fields, dict):
-        bad = {k.replace(NUL, "\\0"): [NUL_MESSAGE] for k, v in fields.items() if has_nul(k) or has_nul(v)}
+        bad = {_shown(k): [p] for k, v in fields.items() if (p := problem(k) or problem(v))}
         if bad:
             raise ValidationError(bad)
-    elif has_nul(fields):
-        raise ValidationError({"non_field_errors": [NUL_MESSAGE]})
+    elif (p := problem(fields)) is not None:
+        raise ValidationError({"non_field_errors": [p]})
 
 
 class JSONParser(parsers.JSONParser):
     def parse(self, stream: Any, media_type: str | None = None,
               parser_context: dict[str, Any] | None = None) -> Any:
         data = super().parse(stream, media_type, parser_context)
-        refuse_nul(data)
+        refuse_unusable(data)
         return data
 
 
@@ -45,7 +68,7 @@ class FormParser(parsers.FormParser):
     def parse(self, stream: Any, media_type: str | None = None,
               parser_context: dict[str, Any] | None = None) -> Any:
         data = super().parse(stream, media_type, parser_context)
-        refuse_nul(data)
+        refuse_unusable(data)
         return data
 
 
@@ -53,5 +76,5 @@ class MultiPartParser(parsers.MultiPartParser):
     def parse(self, stream: Any, media_type: str | None = None,
               parser_context: dict[str, Any] | None = None) -> Any:
         parsed = super().parse(stream, media_type, parser_context)
-        refuse_nul(parsed.data)
+        refuse_unusable(parsed.data)
         return parsed

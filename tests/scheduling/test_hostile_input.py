@@ -70,6 +70,25 @@ def test_a_nul_in_an_operator_write_is_a_field_error(ops):
     assert "reason" in response.json()
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize(("body", "field"), [
+    ('"\\ud800": 1', "\\ud800"),  # an unknown field's name, which the answer names
+    ('"env": {"\\ud800": "x"}', "env"),
+    ('"per_node": {"gpu": 8, "\\udfff": 1}', "per_node"),
+    ('"env": {"A": "x\\ud800"}', "env"),
+])
+def test_a_lone_surrogate_anywhere_in_a_submission_is_a_field_error(alice, body, field):
+    """JSON's \\ud800 escape decodes to no character: UTF-8 cannot carry it, so an answer naming
+    it could not be written (a 500), nor could the database store it."""
+    text = '{"resource_group": "rg-main", "vcluster": "hpc", "nodes": 1, "command": ["sleep"], ' + body + "}"
+    if '"per_node"' not in body:
+        text = text.replace('"nodes": 1,', '"nodes": 1, "per_node": {"gpu": 8},')
+    response = alice.post("/api/v1/allocations/", text, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json()[field] == ["must not contain a lone surrogate (\\ud800 to \\udfff): it is no character"]
+    assert not Allocation.objects.exists()
+
+
 def test_an_over_limit_body_is_refused_in_json(alice, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     response = alice.post("/api/v1/allocations/", {**JOB, "name": "x" * 2000}, content_type="application/json")
