@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from scheduling.api.parsers import JSONParser
 from scheduling.engine import decide_scenario, parse_scenario
 from scheduling.permissions import IsOperator
 
