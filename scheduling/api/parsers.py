@@ -9,33 +9,22 @@ from __future__ import annotations
 from typing import Any
 
 from rest_framework import parsers
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import ParseError, ValidationError
 
 from lattice_site.middleware import NUL, NUL_MESSAGE
+from scheduling.texts import lone_surrogate, texts
 
 SURROGATE_MESSAGE = "must not contain a lone surrogate (\\ud800 to \\udfff): it is no character"
-
-
-def _unusable(text: str) -> str | None:
-    """Why ``text`` cannot be stored or shown, or None."""
-    if NUL in text:
-        return NUL_MESSAGE
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return SURROGATE_MESSAGE
-    return None
 
 
 def problem(value: Any) -> str | None:
     """Why a parsed value cannot be used (a NUL or a lone surrogate in a key or a text, at any
     depth), or None."""
-    if isinstance(value, str):
-        return _unusable(value)
-    if isinstance(value, dict):
-        return next((p for k, v in value.items() if (p := problem(k) or problem(v))), None)
-    if isinstance(value, list):
-        return next((p for v in value if (p := problem(v))), None)
+    for text in texts(value):
+        if NUL in text:
+            return NUL_MESSAGE
+        if lone_surrogate(text) is not None:
+            return SURROGATE_MESSAGE
     return None
 
 
@@ -59,7 +48,10 @@ def refuse_unusable(data: Any) -> None:
 class JSONParser(parsers.JSONParser):
     def parse(self, stream: Any, media_type: str | None = None,
               parser_context: dict[str, Any] | None = None) -> Any:
-        data = super().parse(stream, media_type, parser_context)
+        try:
+            data = super().parse(stream, media_type, parser_context)
+        except RecursionError:  # json's decoder recurses once per level of nesting
+            raise ParseError("JSON parse error - nested too deeply to be read") from None
         refuse_unusable(data)
         return data
 

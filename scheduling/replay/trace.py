@@ -6,6 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduling.texts import lone_surrogate, texts
+
 
 class ReplayError(Exception):
     """A problem with the replay's input: the command exits 2 with this message."""
@@ -13,21 +15,11 @@ class ReplayError(Exception):
 
 def check_text(doc: Any, where: str) -> None:
     """A JSON file's texts must be Unicode: JSON's ``\\ud800`` escape reads as a lone surrogate,
-    which no UTF-8 report (replay.html) can hold. (A walk, not a recursion: a document nested as
-    deep as the decoder reads is deeper than an encoder writes.)"""
-    todo = [doc]
-    while todo:
-        item = todo.pop()
-        if isinstance(item, dict):
-            todo += [*item, *item.values()]
-        elif isinstance(item, list):
-            todo += item
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise ReplayError(f"{where}: {exc.object[exc.start:exc.end]!r} is not a character "
-                                  "(a lone surrogate)") from None
+    which no UTF-8 report (replay.html) can hold."""
+    for text in texts(doc):
+        bad = lone_surrogate(text)
+        if bad is not None:
+            raise ReplayError(f"{where}: {bad!r} is not a character (a lone surrogate)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -309,3 +309,12 @@ def test_a_node_s_labels_must_be_a_bounded_flat_mapping(two_nodes, labels):
     with pytest.raises(ValidationError) as refused:
         node.full_clean()  # what the admin runs before it saves
     assert "labels" in refused.value.message_dict
+
+
+@pytest.mark.parametrize("depth", [900, 5000])
+def test_a_body_nested_past_what_can_be_walked_or_decoded_is_a_400(alice, depth):
+    # 900 levels decode, and a recursive walk of the texts ran out of stack; 5,000 do not decode.
+    body = '{"env": ' + "[" * depth + "]" * depth + "}"
+    response = alice.post("/api/v1/allocations/", body, content_type="application/json")
+    assert response.status_code == 400, response.content[:200]
+    assert not Allocation.objects.exists()
