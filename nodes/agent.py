@@ -14,7 +14,8 @@ reports made while disconnected (the latest per allocation, kept until acknowled
 another agent holding the node (4409) makes it wait minutes. Settings that cannot work (the token
 file, ``--url``, the work directory) are exit 2 before it connects; a frame it cannot act on is
 logged and skipped (nodes/agent_commands.py). ``--simulate`` runs no processes:
-allocations are timers.
+allocations are timers. Work whose tenant maps no Unix user is refused unless
+``--unmapped-as-agent`` (never as root without the tenant's allow_root: nodes/runas.py).
 
 Imports nothing of Django: it runs on compute nodes.
 """
@@ -56,6 +57,9 @@ class Agent(Work):
     devices: list[dict[str, Any]] | None = None  # the node's GPUs, reported in every hello
     nvml: Any = None  # an initialised pynvml-like module (tests inject a fake); None: nodes/devices.py finds one
     xid_set: Any = None  # NVML's event set for Xids (False: NVML cannot deliver them)
+    # Work that maps no Unix user runs as the agent itself (nodes/runas.py): only on the node
+    # operator's word (--unmapped-as-agent), as it could read the agent's token.
+    unmapped_as_agent = False
 
     def __init__(self, url: str, token: str, workdir: Path, simulate: bool = False,
                  sim_seconds: float = 3600.0, retry_revoked: bool = False, cgroup_root: str | None = None) -> None:
@@ -273,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cgroup-root", default=os.environ.get("LATTICE_CGROUP_ROOT") or None,
                         help="the delegated cgroup v2 each allocation gets a limited child of (absolute, or "
                              "relative to the cgroup v2 mount); default LATTICE_CGROUP_ROOT, else the agent's own")
+    parser.add_argument("--unmapped-as-agent", action="store_true",
+                        help="run work whose tenant maps no Unix user as this agent's own user (a single-user "
+                             "node; the work can read the agent's token). Never as root: there the tenant "
+                             "needs allow_root")
     parser.add_argument("--log-level", default="INFO", type=str.upper,
                         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
     args = parser.parse_args(argv)
@@ -282,8 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # settings that cannot work however often it is started: exit 2, once
         sys.stderr.write(f"lattice-agent: {exc}\n")
         return 2
-    return asyncio.run(_serve(Agent(args.url, token, workdir, args.simulate, args.sim_seconds, args.retry_revoked,
-                                      args.cgroup_root)))
+    agent = Agent(args.url, token, workdir, args.simulate, args.sim_seconds, args.retry_revoked, args.cgroup_root)
+    agent.unmapped_as_agent = args.unmapped_as_agent
+    return asyncio.run(_serve(agent))
 
 
 TOKEN_FILE_LIMIT = 4096

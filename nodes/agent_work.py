@@ -30,6 +30,7 @@ class Work:
 
     workdir: Path
     simulate: bool
+    unmapped_as_agent: bool
     sim_seconds: float
     running: dict[str, Running]
     state_file: Path
@@ -96,7 +97,7 @@ class Work:
         cgroup = None
         try:  # who it runs as, where, seeing what (nodes/runas.py); refused before anything is made
             who = runas.resolve(frame.get("user", ""), frame.get("group", ""), bool(frame.get("allow_root")),
-                                runs=not self.simulate)
+                                runs=not self.simulate, unmapped_as_agent=self.unmapped_as_agent)
             cgroup = self._limit(alloc, frame.get("resources") or {})
             launch = runas.prepare(frame, who, alloc, ckpt, self.workdir, ckpt / EXIT_FILE, cgroup=cgroup)
         except runas.Refused as exc:

@@ -6,9 +6,11 @@ and the launcher (nodes/agent_run.py) drops to the user, its group and its suppl
 just before it executes the command, with a clean environment: PATH, HOME, USER, LOGNAME, SHELL,
 LANG, the frame's ``env`` and the Lattice variables, nothing of the agent's own. A user or group
 unknown on the node is refused (``exited`` reason ``user_unknown``), and so is uid 0 unless the
-frame says the operator allowed root for the tenant (``refused``). Without a user the command runs
-as the agent does, with the agent's environment, unless that is root: refused as well without
-the operator's leave (a simulated start runs nothing and is taken).
+frame says the operator allowed root for the tenant (``refused``). Without a user the work would
+run as the agent, able to read the agent's token and report for its node: refused as well, unless
+the node's operator started the agent with ``--unmapped-as-agent`` (a single-user node: the
+command then runs as the agent does, with the agent's environment) or, for an agent running as
+root, the tenant may run as root. A simulated start runs nothing and is taken.
 
 Imports nothing of Django: it runs on compute nodes.
 """
@@ -48,14 +50,19 @@ class Identity:
         return ["--uid", str(self.uid), "--gid", str(self.gid), "--groups", ",".join(map(str, self.groups))]
 
 
-def resolve(user: str, group: str = "", allow_root: bool = False, *, runs: bool = True) -> Identity | None:
+def resolve(user: str, group: str = "", allow_root: bool = False, *, runs: bool = True,
+            unmapped_as_agent: bool = False) -> Identity | None:
     """The identity a frame names (None: none named, run as the agent). Raises Refused. Without a
-    user, an agent running as root would run the work as root: refused unless the operator allowed
-    root for the tenant (``runs`` False: a simulated start, which runs nothing)."""
+    user the work would run as the agent: refused unless the node's operator said unmapped work may
+    (``unmapped_as_agent``); where the agent runs as root, only if the operator allowed root for
+    the tenant, whatever the node says (``runs`` False: a simulated start, which runs nothing)."""
     if not user:
-        if runs and not allow_root and os.geteuid() == 0:
+        if runs and os.geteuid() == 0 and not allow_root:
             raise Refused("refused", "no Unix user is mapped for this work and the agent runs as root: "
                                      "map the tenant (or the member) to a user, or allow root for the tenant")
+        if runs and os.geteuid() != 0 and not unmapped_as_agent:
+            raise Refused("refused", "no Unix user is mapped for this work and this agent runs unmapped work "
+                                     "only with --unmapped-as-agent: map the tenant (or the member) to a user")
         return None
     try:
         entry = pwd.getpwnam(user)

@@ -13,9 +13,9 @@ WORDS = {
             "limit (memory.max of its cgroup) on the node. Ask for more memory per node, or use less."),
     "user_unknown": ("It did not start: the Unix user or group it was to run as does not exist on the node. "
                      "An operator must create it there, or change the tenant's (or the member's) mapping."),
-    "refused": ("It did not start: it would have run as root, which its tenant may not (mapped to root, or "
-                "mapped to no user on a node whose agent runs as root). An operator must map the tenant (or "
-                "the member) to a Unix user other than root, or allow root for the tenant."),
+    "refused": ("It did not start: it would have run as root, or as the node's agent itself, which no operator "
+                "allowed (its tenant, or the member, maps to root, or to no Unix user). An operator must map the "
+                "tenant (or the member) to a Unix user other than root, or allow root for the tenant."),
 }
 
 

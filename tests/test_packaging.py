@@ -18,7 +18,7 @@ from scheduling.models import Allocation, Tenant
 from scheduling.passes.run import schedule_pass
 from tests.conftest import ROOT
 from tests.nodes.conftest import AS_ROOT
-from tests.nodes.test_end_to_end import control_plane, daphne, wait_for  # noqa: F401 (fixtures)
+from tests.nodes.test_end_to_end import UNMAPPED_LEAVE, control_plane, daphne, wait_for  # noqa: F401 (fixtures)
 
 PYPROJECT_VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
@@ -117,7 +117,8 @@ def test_the_installed_agent_runs_work_for_a_real_control_plane(installed, tmp_p
     token_file = tmp_path / "token"
     token_file.write_text(agent_token_issue(node=node_gpu_a))
     agent = subprocess.Popen([str(installed / "lattice-agent"), "--url", f"ws://127.0.0.1:{daphne}/ws/agent/",
-                              "--token-file", str(token_file), "--workdir", str(tmp_path / "agent")],
+                              "--token-file", str(token_file), "--workdir", str(tmp_path / "agent"),
+                              *UNMAPPED_LEAVE],
                              cwd=installed.parent, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     try:
         wait_for(lambda: Node.objects.get(pk=node_gpu_a.pk).agent_version, 30, "the agent's hello")
@@ -128,7 +129,8 @@ def test_the_installed_agent_runs_work_for_a_real_control_plane(installed, tmp_p
         job = make_allocation(state="pending", node_count=1, per_node_gpu=0, per_node_cpu=1, preemption_class=1,
                               checkpoint="none",
                               vcluster=vcluster_hpc, command=[sys.executable, "-c", code])
-        # Its tenant maps no Unix user: an agent running as root runs it only with the operator's leave.
+        # Its tenant maps no Unix user: an agent runs it only with the operator's leave (allow_root
+        # where it runs as root, --unmapped-as-agent elsewhere).
         Tenant.objects.filter(pk=job.tenant_id).update(allow_root=AS_ROOT)
         schedule_pass(resource_group.pk)
         wait_for(lambda: Allocation.objects.get(pk=job.pk).state == "completed", 30, "the job to run and end")

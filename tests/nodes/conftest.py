@@ -5,13 +5,22 @@ import os
 
 import pytest
 
+from nodes.agent import Agent
 from tests.nodes.test_end_to_end import agent_factory, control_plane, daphne  # noqa: F401
 
 # The agents here run as this process's user and their tenants map no Unix user, so their work
 # runs as the agent. As root, an agent refuses that unless the operator allowed root for the
-# tenant (nodes/runas.py): here the operator has. Run-as itself is tested in test_runas.py.
+# tenant (nodes/runas.py): here the operator has. As any other user, it refuses it unless the
+# node's operator said so (--unmapped-as-agent): here they have, for the agents made in this
+# process too. Run-as itself is tested in test_runas.py.
 AS_ROOT = os.geteuid() == 0
 ROOT_LEAVE = {"allow_root": True} if AS_ROOT else {}  # in a start frame without a user
+
+
+@pytest.fixture(autouse=True)
+def _unmapped_leave(monkeypatch):
+    if not AS_ROOT:
+        monkeypatch.setattr(Agent, "unmapped_as_agent", True)
 
 
 def _root_allowed(tenant):

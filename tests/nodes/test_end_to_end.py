@@ -30,6 +30,10 @@ from scheduling.models import Allocation, AllocationEvent
 from scheduling.passes.run import schedule_pass
 from tests.conftest import ROOT
 
+# The test tenants map no Unix user. As root, their allow_root lets their work run as the agent
+# (tests/nodes/conftest.py); as any other user, the agent needs the node operator's leave.
+UNMAPPED_LEAVE = () if os.geteuid() == 0 else ("--unmapped-as-agent",)
+
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 APP = '''
@@ -130,7 +134,7 @@ def agent_factory(tmp_path, daphne):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([fake, str(ROOT)]), **(env or {})}
         proc = subprocess.Popen([sys.executable, "-m", "nodes.agent", "--url", f"ws://127.0.0.1:{daphne}/ws/agent/",
                                  "--token-file", str(token_file), "--workdir", str(workdir or tmp_path / "agent"),
-                                 *args],
+                                 *UNMAPPED_LEAVE, *args],
                                 cwd=ROOT, env=env)
         procs.append(proc)
         return proc

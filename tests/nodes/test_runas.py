@@ -103,3 +103,35 @@ def test_an_agent_running_as_root_runs_no_unmapped_work_as_root_without_leave(tm
         return agent.ws.frames
 
     assert [(f["type"], f["allocation"]) for f in asyncio.run(simulated())] == [("started", "7")]
+
+
+def test_an_agent_not_running_as_root_runs_unmapped_work_only_on_its_operators_word(tmp_path, monkeypatch):
+    """No user in the frame and an agent running as an ordinary user: the work would run as the
+    agent and could read its token. Refused (the tenant's allow_root does not change that) unless
+    the agent was started with --unmapped-as-agent; a user of id 0 stays refused either way."""
+    monkeypatch.setattr("nodes.runas.os.geteuid", lambda: 4242)  # the agent's user, not root
+    monkeypatch.setattr(Agent, "unmapped_as_agent", False)  # tests/nodes/conftest.py gives leave when not root
+    marker = tmp_path / "ran"
+    touch = ["/bin/sh", "-c", f"echo ran >> {marker}"]
+    frames = asyncio.run(_run(tmp_path, [_start("8", "", touch), _start("9", "", touch, allow_root=True)], 2))
+    assert [(f["allocation"], f["reason"]) for f in frames if f["type"] == "exited"] == [
+        ("8", "refused"), ("9", "refused")]
+    assert not marker.exists() and not (tmp_path / "checkpoints" / "8").exists()
+
+    monkeypatch.setattr(Agent, "unmapped_as_agent", True)  # --unmapped-as-agent
+    frames = asyncio.run(_run(tmp_path, [_start("10", "", touch), _start("11", "root", touch)], 2))
+    assert [(f["allocation"], f["reason"]) for f in frames if f["type"] == "exited"] == [
+        ("10", "completed"), ("11", "refused")]
+    assert marker.read_text().split() == ["ran"]
+
+
+def test_the_agent_takes_unmapped_as_agent_from_its_command_line(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr("nodes.agent._serve", lambda agent: seen.append(agent.unmapped_as_agent))
+    monkeypatch.setattr("nodes.agent.asyncio.run", lambda result: 0)
+    token = tmp_path / "token"
+    token.write_text("t0k3n")
+    base = ["--url", "ws://127.0.0.1:9/ws/agent/", "--token-file", str(token), "--workdir", str(tmp_path / "w")]
+    from nodes.agent import main
+    assert main(base) == 0 and main([*base, "--unmapped-as-agent"]) == 0
+    assert seen == [False, True]
