@@ -135,3 +135,16 @@ def test_the_agent_takes_unmapped_as_agent_from_its_command_line(tmp_path, monke
     from nodes.agent import main
     assert main(base) == 0 and main([*base, "--unmapped-as-agent"]) == 0
     assert seen == [False, True]
+
+
+@pytest.mark.django_db
+def test_run_agent_passes_unmapped_as_agent_to_the_agent(tmp_path, monkeypatch):
+    from django.core.management import call_command
+
+    from nodes.management.commands import run_agent
+    given = []
+    monkeypatch.setattr(run_agent.agent, "main", lambda argv: given.append(argv) or 0)
+    for extra in ([], ["--unmapped-as-agent"]):
+        with pytest.raises(SystemExit):
+            call_command("run_agent", "--token-file", str(tmp_path / "t"), *extra)
+    assert ["--unmapped-as-agent" in argv for argv in given] == [False, True]

@@ -1,6 +1,6 @@
 """manage.py run_agent: the node agent (same as ``python -m nodes.agent``), or a simulated fleet.
 
-    manage.py run_agent --url ws://127.0.0.1:8000/ws/agent/ --token-file PATH [--simulate]
+    manage.py run_agent --url ws://127.0.0.1:8000/ws/agent/ --token-file PATH [--simulate] [--unmapped-as-agent]
     manage.py run_agent --simulate-all --url ws://127.0.0.1:8000/ws/agent/   # every node, one process
 """
 
@@ -27,6 +27,8 @@ class Command(BaseCommand):
         parser.add_argument("--token-file")
         parser.add_argument("--workdir", default=str(settings.VAR_DIR / "agent"))
         parser.add_argument("--simulate", action="store_true")
+        parser.add_argument("--unmapped-as-agent", action="store_true",
+                            help="run work whose tenant maps no Unix user as this agent's user (the agent's own option)")
         parser.add_argument("--simulate-all", action="store_true",
                             help="run a simulated agent for every node, each with a fresh token (replacing "
                                  "only the tokens earlier simulated agents were given)")
@@ -38,7 +40,8 @@ class Command(BaseCommand):
                 raise CommandError("--token-file is required (or use --simulate-all)", returncode=2)
             argv = ["--url", options["url"], "--token-file", options["token_file"], "--workdir", options["workdir"],
                     "--sim-seconds", str(options["sim_seconds"])]
-            raise SystemExit(agent.main(argv + (["--simulate"] if options["simulate"] else [])))
+            flags = [f"--{name.replace('_', '-')}" for name in ("simulate", "unmapped_as_agent") if options[name]]
+            raise SystemExit(agent.main(argv + flags))
         fleet = []
         for node in Node.objects.order_by("name"):
             workdir = Path(options["workdir"]) / node.name
