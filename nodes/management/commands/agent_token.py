@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nodes.actions import agent_token_issue
 from nodes.models import Node
+from scheduling.management.database import require_migrated
 
 
 class Command(BaseCommand):
@@ -17,6 +18,7 @@ class Command(BaseCommand):
         parser.add_argument("node")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         node = Node.objects.filter(name=options["node"]).first()
         if node is None:
             raise CommandError(f"no node {options['node']!r}", returncode=2)

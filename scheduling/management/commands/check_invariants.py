@@ -13,6 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from scheduling import invariants
+from scheduling.management.database import require_migrated
 
 
 def _ids(raw: str) -> list[int]:
@@ -33,6 +34,7 @@ class Command(BaseCommand):
                             help="allocation ids the API accepted, which must all be stored")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         results = invariants.check_all(accepted_ids=_ids(options["accepted"]), grace_s=options["grace_seconds"])
         for name, found in results.items():
             for violation in found:

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from scheduling.engine import model as em
+from scheduling.management.database import require_migrated
 from scheduling.replay import history
 from scheduling.replay.html import render
 from scheduling.replay.readers import guess_format
@@ -116,6 +117,8 @@ class Command(BaseCommand):
 
     def _run(self, o: dict[str, Any]) -> dict[str, Any]:
         fmt = check_format(o["fmt"] or guess_format(o["trace"]))
+        if fmt == "lattice" or o["group"]:  # this database's history or resource group
+            require_migrated()
         if o["jobs"] is not None and o["jobs"] < 1:
             raise ReplayError("--jobs must be a positive number of jobs")
         if not 0 <= o["checkpoint_jitter"] <= 1:

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from lattice_site.celery import app
+from scheduling.management.database import require_migrated
 
 
 class Command(BaseCommand):
@@ -24,6 +25,7 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="one round, then exit")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         stop = False
 
         def quit_(*_: Any) -> None:

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from nodes.models import Node, NodeState
+from scheduling.management.database import require_migrated
 from scheduling.models import (
     Allocation,
     AllocationEvent,
@@ -96,6 +97,7 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         User = get_user_model()
         operators, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
         operators.permissions.set(Permission.objects.filter(content_type__app_label__in=["scheduling", "nodes"]))
