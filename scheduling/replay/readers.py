@@ -51,15 +51,21 @@ def guess_format(path: str) -> str:
 
 
 def open_text(path: str) -> IO[str]:
-    """A trace as text: plain, gzip, or the first file of a zip (its folders' entries passed over)."""
+    """A trace as text: plain, gzip, or the one file of a zip (its folders' entries and macOS's
+    ``__MACOSX/`` copies passed over; a zip of several traces is refused, naming them)."""
     try:
         if path.endswith(".gz"):
             return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
         if path.endswith(".zip"):
             archive = zipfile.ZipFile(path)
-            files = [entry for entry in archive.infolist() if not entry.is_dir()]
+            files = [entry for entry in archive.infolist()
+                     if not entry.is_dir() and not entry.filename.startswith("__MACOSX/")]
             if not files:
                 raise ReplayError(f"cannot read {path}: the zip archive holds no file")
+            if len(files) > 1:
+                names = ", ".join(repr(entry.filename) for entry in files[:3]) + (", ..." if len(files) > 3 else "")
+                raise ReplayError(f"cannot read {path}: the zip archive holds {len(files)} files ({names}); "
+                                  f"a trace is one file")
             return io.TextIOWrapper(archive.open(files[0].filename), encoding="utf-8", errors="replace")
         return open(path, encoding="utf-8", errors="replace")
     except (OSError, zipfile.BadZipFile) as exc:

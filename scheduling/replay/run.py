@@ -56,6 +56,8 @@ def load_trace(path: str, fmt: str, mapping_path: str | None, spec: ClusterSpec,
 
 
 def _header(line: str) -> list[str]:
+    if not line.strip():
+        raise ReplayError("slurm-csv: the trace is empty or its first line is blank: the first line must be the header")
     try:
         return next(csv.reader([line]), [])
     except csv.Error as exc:

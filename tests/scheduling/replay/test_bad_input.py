@@ -57,6 +57,32 @@ def test_an_empty_zip_trace_says_it_is_empty(tmp_path):
     assert "holds no file" in str(_replay(trace))
 
 
+def test_a_zip_of_several_traces_names_them_instead_of_reading_one(tmp_path):
+    trace = tmp_path / "t.swf.zip"
+    with zipfile.ZipFile(trace, "w") as archive:
+        archive.writestr("a.swf", SWF_LINE)
+        archive.writestr("b.swf", SWF_LINE)
+    assert "holds 2 files ('a.swf', 'b.swf')" in str(_replay(trace))
+
+
+def test_a_zip_made_on_macos_reads_its_one_trace(tmp_path):
+    trace = tmp_path / "t.swf.zip"
+    with zipfile.ZipFile(trace, "w") as archive:
+        archive.writestr("__MACOSX/._t.swf", b"\x00\x05\x16\x07 resource fork")
+        archive.writestr("t.swf", SWF_LINE * 3)
+    jobs, stats = load_trace(str(trace), "swf", None, SPEC)
+    assert len(jobs) == 3 and not stats.bad
+
+
+@pytest.mark.parametrize("content", ["", "\n", "\n" + "1,2,3\n"], ids=["empty", "blank", "blank-first"])
+def test_a_csv_trace_without_a_header_says_so(tmp_path, content):
+    trace = tmp_path / "t.csv"
+    trace.write_text(content, encoding="utf-8")
+    with pytest.raises(ReplayError, match="the first line must be the header"):
+        load_trace(str(trace), "slurm-csv", None, SPEC)
+    assert "the first line must be the header" in str(_replay(trace, "--format", "slurm-csv"))
+
+
 def test_a_csv_field_past_the_csv_limit_is_a_bad_line(tmp_path):
     header, good, other = _slurm_lines(3)
     trace = tmp_path / "t.csv"
