@@ -73,6 +73,7 @@ def jobs(request: HttpRequest) -> HttpResponse:
     the live ones (not yet ended), the ended ones, or one state."""
     qs = allocations_visible(request.user).filter(tenant_id__in=tenant_ids(request.user)).order_by("-id")
     state = request.GET.get("state", "")
+    unknown = state if state and state not in ("live", "ended", *State.values) else ""
     if state == "live":
         qs = qs.exclude(state__in=FINAL)
     elif state == "ended":
@@ -92,7 +93,7 @@ def jobs(request: HttpRequest) -> HttpResponse:
     arrays = {} if array else _arrays_of(mine)
     return render(request, "jobs/list.html", {
         "jobs": [(j, risk, arrays.get(j.pk)) for j, risk in zip(mine, _risks(mine), strict=True)],
-        "state": state, "states": State.values,
+        "state": state, "states": State.values, "unknown_state": unknown,
         "array": array, "query": urlencode({k: v for k, v in (("state", state), ("array", array)) if v}),
         "next": older, "charts": tenant_charts(list(Tenant.objects.filter(pk__in=tenant_ids(request.user))
                                                     .order_by("name"))),

@@ -302,6 +302,8 @@ def test_my_jobs_are_paged_and_filtered_by_state(client, tenant_physics, make_al
     assert walk("/jobs/?state=ended") == [a.pk for a in reversed(made) if a.state == "completed"]
     assert walk("/jobs/?state=live") == walk("/jobs/?state=pending")
     assert walk("/jobs/?state=nonsense") == newest_first  # an unknown filter shows everything
+    assert "No state is called “nonsense”: showing all jobs." in client.get("/jobs/?state=nonsense").content.decode()
+    assert "No state is called" not in client.get("/jobs/?state=pending").content.decode()
 
 
 def test_a_preemption_by_the_tenant_s_own_work_links_to_it(client, tenant_physics, resource_group, two_nodes,
