@@ -51,6 +51,7 @@ from scheduling.cli_format import (
     usage_output,
 )
 from scheduling.ids import decimal, row_id
+from scheduling.queue_terms import term_words
 from scheduling.version import version
 
 
@@ -248,7 +249,7 @@ def explain_lines(e: dict[str, Any]) -> list[str]:
                      f"({q['queued']} queued)")
     elif q:
         lines.append(f"place in the queue: {q['position']} of {q['queued']}, {q['ahead']} ahead"
-                     + (" (" + ", ".join(f"{n} by {term}" for term, n in q["ahead_by"].items()) + ")"
+                     + (" (" + ", ".join(f"{n} by {term_words(term)}" for term, n in q["ahead_by"].items()) + ")"
                         if q["ahead_by"] else ""))
     if e.get("start_estimate"):
         lines.append(estimate_line(e["start_estimate"]))

@@ -21,6 +21,7 @@ from scheduling.models import Allocation, ResourceGroup
 from scheduling.passes.queue import KEY_PARTS, pass_order
 from scheduling.passes.snapshot import policy_of
 from scheduling.permissions import is_operator
+from scheduling.queue_terms import term_words
 from scheduling.selectors import tenant_ids
 from scheduling.states import State
 
@@ -82,21 +83,15 @@ def _shown(kind: str, row: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"term": name, "value": values[name]} for name in ("holds_nodes", *KEY_PARTS[kind]) if name != "id"]
 
 
-# The key's parts in words, for the pages (the API keeps the names).
-TERM_WORDS = {"holds_nodes": "holding nodes", "class": "class", "priority": "priority", "score": "score",
-              "queue_priority": "queue priority", "rank": "rank", "starving": "tenant starving",
-              "deficit": "fair-share deficit", "submitted_at": "submitted"}
-
-
 def in_words(place: dict[str, Any] | None) -> dict[str, Any] | None:
     """A place as the job page shows it: each part of the key and each ``ahead_by`` part named in
     words, yes or no for a flag (``order`` as (words, value, is_time), ``ahead_by`` as (words, n))."""
     if place is None:
         return None
-    order = [(TERM_WORDS.get(t["term"], t["term"]),
+    order = [(term_words(t["term"]),
               ("yes" if t["value"] else "no") if isinstance(t["value"], bool) else t["value"],
               t["term"] == "submitted_at") for t in place["order"]]
-    ahead = [(TERM_WORDS.get(term, term), n) for term, n in place["ahead_by"].items()]
+    ahead = [(term_words(term), n) for term, n in place["ahead_by"].items()]
     return {**place, "order": order, "ahead_by": ahead}
 
 

@@ -221,3 +221,10 @@ def test_an_array_is_one_line_in_list_and_its_pending_tasks_one_line_in_queue(la
     code, out = lattice("queue", "--format", "id,state,pos,reason")
     lines = [line.split() for line in out.splitlines()[1:]]
     assert lines == [[f"{array}_[1-3]", "pending", "-", "(ARRAY_THROTTLE)"], [str(tasks[0].pk), "running", "-", "-"]]
+
+
+def test_explain_names_what_puts_others_ahead_in_words_as_the_job_page_does():
+    from scheduling.cli import explain_lines
+    lines = explain_lines({"allocation": 7, "state": "pending", "preemptions": [], "queue": {
+        "position": 4, "queued": 9, "ahead": 3, "ahead_by": {"holds_nodes": 1, "starving": 1, "submitted_at": 1}}})
+    assert "place in the queue: 4 of 9, 3 ahead (1 by holding nodes, 1 by tenant starving, 1 by submitted)" in lines
