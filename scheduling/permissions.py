@@ -16,6 +16,8 @@ from django.http import HttpRequest, HttpResponse
 from rest_framework.permissions import BasePermission
 
 OPERATORS_GROUP = "operators"
+# Cancelling is its tenant's members' (the API's 403 and the job page's say so alike).
+CANCEL_MEMBERS_ONLY = "only its tenant's members cancel work; operators hold, requeue or force-preempt it, with a reason"
 
 
 def is_operator(user: Any) -> bool:

@@ -37,7 +37,7 @@ from scheduling.api.serializers import (
     VerbInput,
 )
 from scheduling.models import Allocation, JobArray
-from scheduling.permissions import IsOperator, is_operator
+from scheduling.permissions import CANCEL_MEMBERS_ONLY, IsOperator, is_operator
 from scheduling.queue_view import position_of
 from scheduling.selectors import (
     allocations_visible,
@@ -56,8 +56,7 @@ def members_only_cancel(request: Request, tenant_id: int) -> None:
     holds, requeues or force-preempts tenants' work, each with a reason and audited, and never
     cancels it (the job page offers no cancel to a non-member either)."""
     if tenant_id not in tenant_ids(request.user):
-        raise PermissionDenied("only its tenant's members cancel work; operators hold, requeue or "
-                               "force-preempt it, with a reason")
+        raise PermissionDenied(CANCEL_MEMBERS_ONLY)
 
 
 def verb_reason(request: Request, default: str) -> tuple[str, bool]:
