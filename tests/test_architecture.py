@@ -15,13 +15,12 @@ MAX_FUNCTION_LINES = 60
 LONG_MODULES: dict[str, str] = {}
 # The engine's hot paths: each is one vectorised pass over the cluster's arrays, measured in
 # bench/decision.py; cut into helpers they would pass a dozen arrays around and cost calls per
-# decision. The parser reads one document section by section, in the order of the contract.
+# decision. The parser builds an allocation with one field of the contract per line.
 LONG_FUNCTIONS: dict[str, str] = {
     "scheduling/engine/snapshot_update.py:add": "updates every array for one allocation at once (incremental, < 20 us)",
     "scheduling/engine/eligibility.py:_kind_codes": "one vectorised branch per policy kind, side by side",
     "scheduling/engine/placement.py:_compute": "the request's view of the cluster in one vectorised pass",
-    "scheduling/engine/parse.py:parse_scenario": "reads the document's sections in the contract's order",
-    "scheduling/engine/parse.py:allocation": "one field of the contract per line",
+    "scheduling/engine/parse_items.py:read_allocation": "one field of the contract per line",
 }
 
 
