@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -26,8 +27,8 @@ FLUSH_AT = 500  # at most this many heartbeats per statement
 # A write waits this long for more heartbeats when none is in flight. At one heartbeat per 5 s
 # from each of 2,000 agents (400/s) nearly every write was one heartbeat, and its statement was a
 # quarter of the server's CPU; in 5 ms about two more arrive to share it. Every ack waits up to
-# this much longer (the goal is 25 ms at p99).
-COLLECT_S = 0.005
+# this much longer (the goal is 25 ms at p99). LATTICE_HEARTBEAT_COLLECT_MS, 5 by default.
+COLLECT_S = settings.LATTICE_HEARTBEAT_COLLECT_MS / 1000
 APPLICATION_NAME = "lattice-heartbeats"  # the loop writer's connection, as pg_stat_activity shows it
 REVIVED = (NodeState.DEGRADED, NodeState.UNKNOWN)  # a heartbeat makes these ready
 

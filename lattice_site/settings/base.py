@@ -160,6 +160,9 @@ CACHES = ({"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
           {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}})
 # Start estimates assume work without a walltime runs this long.
 LATTICE_ESTIMATE_DEFAULT_WALLTIME_MINUTES = env.int("LATTICE_ESTIMATE_DEFAULT_WALLTIME_MINUTES", 240)
+# How long a heartbeat that finds no write in flight waits for others to share its statement
+# (nodes/heartbeats.py): server CPU per heartbeat against its ack's delay; 0: no wait.
+LATTICE_HEARTBEAT_COLLECT_MS = env.int("LATTICE_HEARTBEAT_COLLECT_MS", 5, minimum=0, maximum=1000)
 # How long a chart's answer is kept while no sample is written (scheduling/usage_series.py); 0: never.
 LATTICE_USAGE_SERIES_CACHE_SECONDS = env.int("LATTICE_USAGE_SERIES_CACHE_SECONDS", 120, minimum=0)
 CELERY_TASK_EAGER_PROPAGATES = True

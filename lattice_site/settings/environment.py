@@ -41,7 +41,7 @@ class Environment:
             return default
         return [item.strip() for item in raw.split(",") if item.strip()]
 
-    def int(self, name: str, default: int, *, minimum: int | None = None) -> int:
+    def int(self, name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
         raw = self._env.get(name)
         if raw is None:
             return default
@@ -51,6 +51,8 @@ class Environment:
             raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
         if minimum is not None and value < minimum:
             raise ImproperlyConfigured(f"{name}={raw!r} must be at least {minimum}")
+        if maximum is not None and value > maximum:
+            raise ImproperlyConfigured(f"{name}={raw!r} must be at most {maximum}")
         return value
 
 

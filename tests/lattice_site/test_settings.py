@@ -140,6 +140,21 @@ def test_a_login_throttle_out_of_range_fails_fast_naming_the_variable(name, valu
     assert f"{name}={value!r} must be at least" in result.stderr
 
 
+@pytest.mark.parametrize(("value", "words"), [("-1", "must be at least 0"), ("1001", "must be at most 1000"),
+                                              ("5ms", "is not an integer")])
+def test_a_heartbeat_collection_window_out_of_range_fails_fast(value, words):
+    result = _manage("check", LATTICE_HEARTBEAT_COLLECT_MS=value)
+    assert result.returncode != 0
+    assert f"LATTICE_HEARTBEAT_COLLECT_MS={value!r} {words}" in result.stderr
+
+
+def test_the_heartbeat_collection_window_comes_from_the_environment():
+    code = "from nodes import heartbeats; print(heartbeats.COLLECT_S)"
+    result = _manage("shell", "-c", code, LATTICE_HEARTBEAT_COLLECT_MS="20")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == "0.02"
+
+
 def test_a_log_level_in_lower_case_is_taken():
     assert _manage("check", LOG_LEVEL="warning").returncode == 0
 
