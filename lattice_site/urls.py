@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from lattice_site.redoc import REDOC_DIST, redoc_bundle
@@ -39,7 +39,8 @@ urlpatterns = [
     path("jobs/new/", portal.submit, name="job-submit"),
     path("jobs/<int:pk>/", portal.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", portal.cancel, name="job-cancel"),
-    path("jobs/<int:pk>/<slug:name>/", portal.verb, name="job-verb"),
+    # Only the verbs there are: any other name is a 404 whatever the method, not a 405 for a GET.
+    re_path(r"^jobs/(?P<pk>[0-9]+)/(?P<name>hold|release|requeue)/$", portal.verb, name="job-verb"),
     path("api/v1/", include("scheduling.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

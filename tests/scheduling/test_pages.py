@@ -360,6 +360,9 @@ def test_members_cancel_their_tenant_s_jobs_from_the_page_and_no_one_else_s(clie
     assert "Cancel this job" in page and "Overrides" not in page
     assert client.post(f"/jobs/{theirs.pk}/cancel/", {"confirmed": "1"}).status_code == 404
     assert client.get(f"/jobs/{mine.pk}/cancel/").status_code == 405
+    assert client.get(f"/jobs/{mine.pk}/hold/").status_code == 405  # a verb there is, asked with GET
+    assert client.get(f"/jobs/{mine.pk}/x/").status_code == 404  # no such page, whatever the method
+    assert client.post(f"/jobs/{mine.pk}/x/", {"reason": "r"}).status_code == 404
     assert client.post(f"/jobs/{mine.pk}/cancel/", {"confirmed": "1"})["Location"] == f"/jobs/{mine.pk}/"
     assert Allocation.objects.get(pk=mine.pk).state == "cancelled"
     assert Allocation.objects.get(pk=theirs.pk).state == "pending"
