@@ -184,7 +184,7 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
         url = cli_config.server_url(args.url)
         if args.cmd == "login":
             return login(args, url, out)
-        client = Client(url, _token(args))
+        client = Client(url, _token(args), text=not args.json)
     except cli_config.ConfigError as exc:
         raise Usage(str(exc)) from None
 

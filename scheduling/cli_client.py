@@ -25,9 +25,39 @@ def loads(text: str | bytes, **kwargs: Any) -> Any:
         raise ValueError("nested too deeply") from None
 
 
+def visible(text: str) -> str:
+    """``text`` with every character a terminal could act on (escapes, carriage returns, line
+    breaks, other controls and format characters) written as its Python escape: ``\\x1b``."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def printable(value: Any) -> Any:
+    """A decoded answer with every text in it, keys too, made ``visible``: what the server stores
+    is other users' (a job's name, a reason), and printed as it is it could rewrite the reader's
+    terminal or forge lines of the listing. Walked without recursion (an answer may nest deep)."""
+    root = [value]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        holder, key = stack.pop()
+        item = holder[key]
+        if isinstance(item, str):
+            holder[key] = visible(item)
+        elif isinstance(item, list):
+            stack += [(item, i) for i in range(len(item))]
+        elif isinstance(item, dict):
+            holder[key] = shown = {visible(k): v for k, v in item.items()}
+            stack += [(shown, k) for k in shown]
+    return root[0]
+
+
 class Client:
-    def __init__(self, url: str, token: str, timeout: float = 30) -> None:
-        self.base, self.token, self.timeout = url.rstrip("/") + "/api/v1", token, timeout
+    """``text``: answers are for the terminal (``printable``); else as the server sent them (the
+    ``--json`` output, which escapes controls itself)."""
+
+    def __init__(self, url: str, token: str, timeout: float = 30, text: bool = False) -> None:
+        self.base, self.token, self.timeout, self.text = url.rstrip("/") + "/api/v1", token, timeout, text
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None,
              query: dict[str, str] | None = None) -> Any:
@@ -39,7 +69,8 @@ class Client:
         not_api = f"is {self.base} a Lattice server's API?"
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return loads(response.read())
+                body = loads(response.read())
+                return printable(body) if self.text else body
         except ValueError:  # an answer that is not JSON (a login portal, another site)
             raise Refused(f"{url} answered, but not JSON: {not_api}") from None
         except urllib.error.HTTPError as exc:

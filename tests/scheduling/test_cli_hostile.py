@@ -160,3 +160,33 @@ def test_numbers_on_the_command_line_are_ascii_digits(token, capsys, argv):
     job's id or a count is never read from other digits, and nothing is sent (exit 2, not 1)."""
     assert main(["--url", NOWHERE, *argv], out=io.StringIO()) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+FORGED = "\x1b]0;owned\x07\x1b[2Jrenamed\r\n#7        running       class 9   forged"
+
+
+def _job(**fields):
+    return {"id": 12, "state": "pending", "preemption_class": 0, "resource_group": "rg", "vcluster": None,
+            "nodes": 1, "per_node": {"gpu": 1.0}, "name": "", **fields}
+
+
+@pytest.mark.parametrize("argv, answer", [
+    (["list"], {"results": [_job(name=FORGED)], "next": None}),
+    (["show", "12"], _job(name=FORGED, per_node={"gpu\x1b[8m": 1.0})),
+    (["events", "12"], {"results": [{"created_at": "2026-11-29T00:00:00Z", "from_state": None, "to_state": "pending",
+                                     "reason": FORGED}], "next": None}),
+])
+def test_text_from_the_server_reaches_the_terminal_with_its_controls_escaped(token, capsys, argv, answer):
+    """A job's name or a reason is another user's text (an operator's listing shows every tenant's
+    jobs): printed as it came, its escapes would rewrite the reader's terminal and its line breaks
+    forge lines of the listing. The text output shows them escaped; --json keeps them, escaped by JSON."""
+    page = json.dumps(answer).encode()
+    for url in _raw_server(_http("200 OK", page, "Content-Type: application/json")):
+        out = io.StringIO()
+        assert main(["--url", url, *argv], out=out) == 0
+        text = out.getvalue()
+        assert not any(c in text for c in "\x1b\x07\r"), text
+        assert text.count("\n") == 1 and "\\x1b]0;owned\\x07" in text and "\\r\\n#7" in text
+        raw = io.StringIO()
+        assert main(["--url", url, "--json", *argv], out=raw) == 0
+    assert FORGED in raw.getvalue().encode().decode("unicode_escape")
