@@ -18,7 +18,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -28,6 +28,7 @@ from scheduling.engine import InvalidDocument, parse_policy
 from scheduling.engine import model as em
 from scheduling.errors import Conflict
 from scheduling.models import EvaluationStatus, PolicyChange, PolicyEvaluation, ResourceGroup
+from scheduling.models.evaluations import UNFINISHED
 from scheduling.replay import history
 from scheduling.replay.report import report
 from scheduling.replay.run import replay
@@ -49,7 +50,6 @@ SILENT_LOST_S = 600
 QUEUED_LOST_S = 3600
 # A delivery finding its run silent this long takes it over (well before the sweep fails it).
 PROGRESS_SILENT_S = 120
-UNFINISHED = (EvaluationStatus.QUEUED, EvaluationStatus.RUNNING)
 
 
 class Cancelled(Exception):
@@ -64,16 +64,27 @@ def evaluation_start(*, group: ResourceGroup, candidate: dict[str, Any], days: i
     now = timezone.now()
     with transaction.atomic():
         ResourceGroup.objects.select_for_update().filter(pk=group.pk).first()  # one start at a time per group
-        busy = PolicyEvaluation.objects.filter(status__in=UNFINISHED).select_related("resource_group").first()
-        if busy is not None:
-            raise Conflict(f"evaluation #{busy.pk} of {busy.resource_group.name} is {busy.status}: one evaluation "
-                           "runs at a time; wait for it or cancel it")
-        evaluation = PolicyEvaluation.objects.create(
-            resource_group=group, requested_by=actor if actor is not None and actor.is_authenticated else None,
-            days=days, since=now - timedelta(days=days), until=now, current_policy=group.policy,
-            candidate_policy=candidate)
+        _refuse_if_busy()
+        try:
+            # Two starts for two groups both find none unfinished; the database's partial unique
+            # index (one unfinished row) lets only one of them in.
+            with transaction.atomic():
+                evaluation = PolicyEvaluation.objects.create(
+                    resource_group=group, requested_by=actor if actor is not None and actor.is_authenticated else None,
+                    days=days, since=now - timedelta(days=days), until=now, current_policy=group.policy,
+                    candidate_policy=candidate)
+        except IntegrityError:
+            _refuse_if_busy()
+            raise Conflict("another evaluation started at the same moment: one evaluation runs at a time") from None
         background_task_on_commit(EVALUATE_TASK, evaluation.pk)
     return evaluation
+
+
+def _refuse_if_busy() -> None:
+    busy = PolicyEvaluation.objects.filter(status__in=UNFINISHED).select_related("resource_group").first()
+    if busy is not None:
+        raise Conflict(f"evaluation #{busy.pk} of {busy.resource_group.name} is {busy.status}: one evaluation "
+                       "runs at a time; wait for it or cancel it")
 
 
 def evaluation_cancel(*, evaluation: PolicyEvaluation) -> None:

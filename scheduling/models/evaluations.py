@@ -22,6 +22,7 @@ class EvaluationStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+UNFINISHED = (EvaluationStatus.QUEUED, EvaluationStatus.RUNNING)
 FINISHED = (EvaluationStatus.DONE, EvaluationStatus.FAILED, EvaluationStatus.CANCELLED)
 
 
@@ -54,6 +55,12 @@ class PolicyEvaluation(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [
+            # One evaluation queued or running in the whole installation (a replay is CPU-bound):
+            # a partial unique index on a constant, so two starts racing cannot both insert.
+            models.UniqueConstraint(models.Value(True), condition=models.Q(status__in=UNFINISHED),
+                                    name="policyevaluation_one_unfinished"),
+        ]
 
     def __str__(self) -> str:
         return f"evaluation #{self.pk} of {self.resource_group_id} ({self.status})"

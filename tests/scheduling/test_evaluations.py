@@ -4,13 +4,24 @@ real worker are in tests/system/test_evaluation_worker.py."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
-from scheduling.evaluations import Cancelled, Meter, _finish, evaluation_cancel, evaluation_run
+from scheduling.errors import Conflict
+from scheduling.evaluations import (
+    Cancelled,
+    Meter,
+    _finish,
+    evaluation_cancel,
+    evaluation_run,
+    evaluation_start,
+)
 from scheduling.models import PolicyChange, PolicyEvaluation, ResourceGroup
 from scheduling.tasks import periodic_sweep
 from tests.scheduling.evaluation_helpers import POLICY_FIELDS, record_history
@@ -152,26 +163,32 @@ def test_saving_the_evaluated_policy_keeps_the_evaluation_with_the_audit_entry(
     assert client.get(renamed).status_code == 200
 
 
-def test_the_sweep_fails_an_evaluation_whose_task_went_silent_or_never_started(operator, resource_group):
+@pytest.mark.parametrize("fields, created_ago, status, error", [
+    ({"status": "running", "progress_at": timedelta(minutes=11)}, None, "failed", "no progress for 10 minutes"),
+    ({"status": "running", "progress_at": timedelta(minutes=2)}, None, "running", ""),
+    ({}, None, "queued", ""),
+    ({}, timedelta(minutes=61), "failed", "never started"),
+], ids=["silent", "alive", "waiting", "stale"])
+def test_the_sweep_fails_an_evaluation_whose_task_went_silent_or_never_started(operator, resource_group, fields,
+                                                                                created_ago, status, error):
+    """(One at a time: the installation holds one unfinished evaluation at most.)"""
     now = timezone.now()
     base = {"resource_group": resource_group, "requested_by": operator, "days": 1, "since": now, "until": now,
             "current_policy": {"kind": "class_cost"}, "candidate_policy": {"kind": "class_cost"}}
-    silent = PolicyEvaluation.objects.create(**base, status="running", progress_at=now - timedelta(minutes=11))
-    alive = PolicyEvaluation.objects.create(**base, status="running", progress_at=now - timedelta(minutes=2))
-    waiting = PolicyEvaluation.objects.create(**base)
-    stale = PolicyEvaluation.objects.create(**base)
-    PolicyEvaluation.objects.filter(pk=stale.pk).update(created_at=now - timedelta(minutes=61))
+    if "progress_at" in fields:
+        fields = {**fields, "progress_at": now - fields["progress_at"]}
+    evaluation = PolicyEvaluation.objects.create(**base, **fields)
+    if created_ago is not None:
+        PolicyEvaluation.objects.filter(pk=evaluation.pk).update(created_at=now - created_ago)
 
     periodic_sweep()  # as beat (or the embedded loop) runs it
 
-    status = dict(PolicyEvaluation.objects.values_list("pk", "status"))
-    assert status == {silent.pk: "failed", alive.pk: "running", waiting.pk: "queued", stale.pk: "failed"}
-    assert "no progress for 10 minutes" in PolicyEvaluation.objects.get(pk=silent.pk).error
-    assert "never started" in PolicyEvaluation.objects.get(pk=stale.pk).error
-    # A run that was only slow and speaks again keeps the failure (and no report).
-    _finish(silent.pk, "done", report_json="{}")
-    late = PolicyEvaluation.objects.get(pk=silent.pk)
-    assert late.status == "failed" and late.report is None
+    evaluation.refresh_from_db()
+    assert (evaluation.status, error in evaluation.error) == (status, True)
+    if status == "failed":  # a run that was only slow and speaks again keeps the failure (and no report)
+        _finish(evaluation.pk, "done", report_json="{}")
+        late = PolicyEvaluation.objects.get(pk=evaluation.pk)
+        assert late.status == "failed" and late.report is None
 
 
 def test_one_evaluation_runs_at_a_time_and_a_second_is_refused_naming_the_first(
@@ -295,3 +312,45 @@ def test_evaluations_go_to_their_own_queue_and_the_scheduler_tasks_do_not():
 
     assert app.amqp.router.route({}, "scheduling.evaluate_policy")["queue"].name == "evaluations"
     assert app.amqp.router.route({}, "scheduling.schedule_resource_group")["queue"].name == "celery"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_evaluations_asked_at_once_for_two_groups_start_one(operator, resource_group, monkeypatch):
+    """One at a time in the whole installation, also when two operators ask at the same moment for
+    two groups (each start locked only its own group's row, so both found none running and both
+    started: two CPU-bound replays at once). The second is refused naming the first."""
+    other = ResourceGroup.objects.create(name="rg-other", policy={"kind": "class_cost"})
+    barrier = threading.Barrier(2, timeout=10)
+    create = PolicyEvaluation.objects.create
+
+    def create_after_both_looked(**fields):
+        # Both have found no evaluation running (unless the other was refused before its insert).
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait()
+        return create(**fields)
+
+    monkeypatch.setattr(PolicyEvaluation.objects, "create", create_after_both_looked)
+    monkeypatch.setattr("scheduling.evaluations.background_task_on_commit", lambda *args: None)
+    results: list = [None, None]
+
+    def start(i: int, group: ResourceGroup) -> None:
+        try:
+            results[i] = evaluation_start(group=group, candidate={"kind": "class_cost", "mode": "terminate"},
+                                          days=1, actor=operator)
+        except Exception as exc:  # asserted below
+            results[i] = exc
+            barrier.abort()
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=start, args=(i, g)) for i, g in enumerate((resource_group, other))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert PolicyEvaluation.objects.filter(status__in=["queued", "running"]).count() == 1, results
+    started = [r for r in results if isinstance(r, PolicyEvaluation)]
+    refused = [r for r in results if isinstance(r, Conflict)]
+    assert len(started) == 1 and len(refused) == 1, results
+    assert f"evaluation #{started[0].pk} of {started[0].resource_group.name} is queued" in refused[0].message
