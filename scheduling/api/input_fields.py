@@ -89,3 +89,15 @@ def fresh_fields(cls: type[serializers.Serializer]) -> dict[str, serializers.Fie
     """What DRF's ``Serializer.get_fields`` returns (a field of its own for each declared one, none
     bound yet), built as above."""
     return {name: _fresh(field) for name, field in _unbound_fields(cls).items()}
+
+
+class PrintableText(serializers.CharField):
+    """Text shown on one line wherever it appears (a job's name in lists, the command line, the
+    live feed): no control or format characters (line breaks, tabs, terminal escapes)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        value: str = super().to_internal_value(data)
+        if not value.isprintable():
+            raise serializers.ValidationError("must be printable text on one line: no control or format characters "
+                                              "(line breaks, tabs, escapes)")
+        return value

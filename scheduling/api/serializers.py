@@ -20,7 +20,7 @@ from scheduling.api.admission_checks import (
     session_type_escapes,
     start_frame_errors,
 )
-from scheduling.api.input_fields import GroupByName, fresh_fields
+from scheduling.api.input_fields import GroupByName, PrintableText, fresh_fields
 from scheduling.ascii_numbers import FloatInput, IntegerInput
 from scheduling.engine import MAX_DURATION_MINUTES
 from scheduling.errors import DomainError
@@ -122,7 +122,7 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
         slug_field="name", queryset=ResourceGroup.objects.all(), required=False,
         help_text="Omitted: the tenant's default resource group (set by an operator on its quota).")
     tenant = serializers.CharField(required=False, max_length=64)
-    name = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
+    name = PrintableText(required=False, allow_blank=True, max_length=128, default="")
     vcluster = serializers.CharField(required=False, allow_null=True, max_length=64, default=None)
     session_type = serializers.CharField(required=False, allow_null=True, max_length=64, default=None)
     nodes = IntegerInput(min_value=1, max_value=10_000, default=1)

@@ -39,6 +39,16 @@ def test_a_nul_in_a_submission_is_a_field_error(alice, path, over, field):
     assert not Allocation.objects.exists()
 
 
+@pytest.mark.parametrize("name", ["two\nlines", "a\rb", "tab\there", "\x1b]0;title\x07", "bidi\u202eflip", "z\u200bw"])
+def test_a_job_name_with_control_or_format_characters_is_a_field_error(alice, name):
+    response = alice.post("/api/v1/allocations/", {**JOB, "name": name}, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert "printable text on one line" in response.json()["name"][0]
+    assert not Allocation.objects.exists()
+    fine = alice.post("/api/v1/allocations/", {**JOB, "name": "résumé 训练 #1 (ok)"}, content_type="application/json")
+    assert fine.status_code == 201 and fine.json()["name"] == "résumé 训练 #1 (ok)"
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize(("who", "url", "name"), [
     ("alice", "/api/v1/allocations/?state=run%00ning", "state"),
