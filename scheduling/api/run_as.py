@@ -20,8 +20,8 @@ class TenantRunAsOutput(Checked):  # a read-only field sent is a 400 (RefuseUnkn
 
 
 class TenantRunAsViewSet(AuditedViewSet):
-    """A tenant's Unix user and group on the nodes (blank: the agent's own) and whether it may run
-    as root."""
+    """A tenant's Unix user and group on the nodes (blank: none; agents run such work only where
+    their node allows unmapped work) and whether it may run as root (a mapping to root needs it)."""
 
     serializer_class = TenantRunAsOutput
     queryset = Tenant.objects.order_by("pk")

@@ -19,13 +19,23 @@ from .secrets import PREFIX_LEN, HashedToken
 UNIX_NAME = RegexValidator(r"^[a-z_][a-z0-9_.-]*\$?$", "a Unix name: lower-case letters, digits, _ . -")
 
 
+def root_without_leave(mapping: Any, allow_root: bool) -> None:
+    """A mapping to the user or group named root is refused up front unless the tenant may run as
+    root (an agent refuses any uid or gid 0 without that leave; other names for 0 only it knows)."""
+    for field in ("unix_user", "unix_group"):
+        if getattr(mapping, field) == "root" and not allow_root:
+            raise ValidationError({field: "root needs the tenant's allow_root (an operator's leave, audited)"})
+
+
 class Tenant(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     display_name = models.CharField(max_length=128, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # Who the tenant's work runs as on the nodes (blank: the agent's own user).
+    # Who the tenant's work runs as on the nodes (blank: none; the agent refuses such work unless
+    # its node's operator lets it run as the agent, nodes/runas.py).
     unix_user = models.CharField(max_length=32, blank=True, validators=[UNIX_NAME],
-                                 help_text="Unix user the tenant's work runs as on the nodes; blank: the agent's.")
+                                 help_text="Unix user the tenant's work runs as on the nodes; blank: none (the agent "
+                                           "runs it only where its node allows unmapped work).")
     unix_group = models.CharField(max_length=32, blank=True, validators=[UNIX_NAME],
                                   help_text="Unix group; blank: the user's primary group.")
     allow_root = models.BooleanField(default=False, help_text="May the tenant's work run as root (uid 0).")
@@ -35,6 +45,9 @@ class Tenant(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        root_without_leave(self, self.allow_root)
 
 
 class Role(models.TextChoices):
@@ -74,6 +87,9 @@ class Membership(models.Model):
     quota_in_effect: Quota | None = None
 
     def clean(self) -> None:
+        if self.tenant_id is not None:
+            root_without_leave(self, Tenant.objects.filter(pk=self.tenant_id).values_list("allow_root", flat=True)
+                               .first() or False)
         if self.min_priority is not None and self.max_priority is not None and self.min_priority > self.max_priority:
             raise ValidationError({"min_priority": f"must not be above max_priority {self.max_priority}"})
         quota = self.quota_in_effect

@@ -58,6 +58,19 @@ def test_bad_names_unknown_fields_and_missing_reasons_are_400_and_change_nothing
     assert Membership.objects.get(pk=carol.pk).unix_user == "" and not PolicyChange.objects.exists()
 
 
+def test_a_mapping_to_root_needs_the_tenants_allow_root(ops, tenant_physics, carol):
+    """Said up front, naming the field, rather than learnt from the agent's refusal at start."""
+    for url, body, field in (("/api/v1/run-as/tenants/physics/", {"unix_user": "root"}, "unix_user"),
+                             ("/api/v1/run-as/tenants/physics/", {"unix_group": "root"}, "unix_group"),
+                             (f"/api/v1/run-as/members/{carol.pk}/", {"unix_user": "root"}, "unix_user")):
+        refused = _patch(ops, url, {**body, "reason": "x"})
+        assert refused.status_code == 400 and "allow_root" in refused.json()[field][0], (body, refused.content)
+    assert Tenant.objects.get(pk=tenant_physics.pk).unix_user == "" and not PolicyChange.objects.exists()
+    allowed = _patch(ops, "/api/v1/run-as/tenants/physics/", {"unix_user": "root", "allow_root": True, "reason": "x"})
+    assert allowed.status_code == 200 and allowed.json()["unix_user"] == "root"
+    assert _patch(ops, f"/api/v1/run-as/members/{carol.pk}/", {"unix_user": "root", "reason": "x"}).status_code == 200
+
+
 def test_tenants_may_not_read_or_change_the_mapping(client, tenant_physics, carol):
     client.force_login(tenant_physics.memberships.get(user__username="alice").user)
     assert client.get("/api/v1/run-as/members/").status_code == 403
