@@ -121,17 +121,20 @@ _DOC_FIELDS = {"now", "policy", "tenants", "vclusters", "session_types", "nodes"
                "pending", "last_preemption_at"}
 
 
-def _named(errors: _Errors, path: str, items: list[Any], reader: Callable[[str, Any], Any]) -> list[Any]:
+def _named(errors: _Errors, path: str, items: list[Any], reader: Callable[[str, Any], Any],
+           key: str = "name") -> list[Any]:
+    """The items ``reader`` makes of ``items``, each ``key`` once (a repeat is an error)."""
     out = []
     seen: set[str] = set()
     for i, raw in enumerate(items):
         item = reader(f"{path}[{i}]", raw)
         if item is None:
             continue
-        if item.name in seen:
-            errors.add(f"{path}[{i}].name", f"duplicate name {item.name!r}")
+        value = getattr(item, key)
+        if value in seen:
+            errors.add(f"{path}[{i}].{key}", f"duplicate {key} {value!r}")
             continue
-        seen.add(item.name)
+        seen.add(value)
         out.append(item)
     return out
 
@@ -166,7 +169,8 @@ def parse_scenario(doc: Any) -> Scenario:
     known = Known({n.name for n in nodes}, {v.name for v in vclusters} if top.has("vclusters") else None,
                   {s.name for s in session_types} if top.has("session_types") else None)
     _check_references(errors, session_types, st_paths, nodes, known)
-    running = _running(errors, read_list(errors, "running", top.raw("running"), True), known)
+    running = _named(errors, "running", read_list(errors, "running", top.raw("running"), True),
+                     lambda path, raw: read_allocation(errors, path, raw, False, known), key="id")
     pending: Allocation | None = None
     if not top.has("pending"):
         errors.add("pending", "is required")
@@ -205,18 +209,3 @@ def _check_references(errors: _Errors, session_types: list[SessionType], st_path
             if known.vclusters is not None and ref is not None and ref not in known.vclusters:
                 errors.add(f"nodes[{i}].{key}", f"unknown vcluster {ref!r}")
 
-
-def _running(errors: _Errors, items: list[Any], known: Known) -> list[Allocation]:
-    """The running allocations, each id once."""
-    running: list[Allocation] = []
-    seen_ids: set[str] = set()
-    for i, raw in enumerate(items):
-        a = read_allocation(errors, f"running[{i}]", raw, False, known)
-        if a is None:
-            continue
-        if a.id in seen_ids:
-            errors.add(f"running[{i}].id", f"duplicate id {a.id!r}")
-            continue
-        seen_ids.add(a.id)
-        running.append(a)
-    return running

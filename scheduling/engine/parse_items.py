@@ -54,10 +54,16 @@ def read_list(errors: _Errors, path: str, value: Any, required: bool) -> list[An
     return value
 
 
-def read_tenant(errors: _Errors, path: str, raw: Any) -> Tenant | None:
-    r = _Reader(errors, path, raw, _TENANT_FIELDS)
+def _opened(errors: _Errors, path: str, raw: Any, fields: set[str]) -> tuple[_Reader, str | None]:
+    """An item's reader and its name (None: not an object, or no name: nothing more is read)."""
+    r = _Reader(errors, path, raw, fields)
     name = r.string("name", None, required=True, nullable=False)
-    if not r.ok or name is None:
+    return r, name if r.ok else None
+
+
+def read_tenant(errors: _Errors, path: str, raw: Any) -> Tenant | None:
+    r, name = _opened(errors, path, raw, _TENANT_FIELDS)
+    if name is None:
         return None
     return Tenant(
         name=name,
@@ -68,9 +74,8 @@ def read_tenant(errors: _Errors, path: str, raw: Any) -> Tenant | None:
 
 
 def read_vcluster(errors: _Errors, path: str, raw: Any) -> VCluster | None:
-    r = _Reader(errors, path, raw, _VCLUSTER_FIELDS)
-    name = r.string("name", None, required=True, nullable=False)
-    if not r.ok or name is None:
+    r, name = _opened(errors, path, raw, _VCLUSTER_FIELDS)
+    if name is None:
         return None
     return VCluster(
         name=name,
@@ -83,9 +88,8 @@ def read_vcluster(errors: _Errors, path: str, raw: Any) -> VCluster | None:
 
 
 def read_session_type(errors: _Errors, path: str, raw: Any) -> SessionType | None:
-    r = _Reader(errors, path, raw, _SESSION_FIELDS)
-    name = r.string("name", None, required=True, nullable=False)
-    if not r.ok or name is None:
+    r, name = _opened(errors, path, raw, _SESSION_FIELDS)
+    if name is None:
         return None
     preempts: list[Preempts] = []
     for j, entry in enumerate(read_list(errors, f"{path}.preempts", r.raw("preempts"), False)):
@@ -112,9 +116,8 @@ def read_session_type(errors: _Errors, path: str, raw: Any) -> SessionType | Non
 
 
 def read_node(errors: _Errors, path: str, raw: Any) -> Node | None:
-    r = _Reader(errors, path, raw, _NODE_FIELDS)
-    name = r.string("name", None, required=True, nullable=False)
-    if not r.ok or name is None:
+    r, name = _opened(errors, path, raw, _NODE_FIELDS)
+    if name is None:
         return None
     return Node(
         name=name,
