@@ -48,6 +48,15 @@ class Tenant(models.Model):
 
     def clean(self) -> None:
         root_without_leave(self, self.allow_root)
+        if not self.allow_root and self.pk is not None:
+            # Taking the leave back while a member's own mapping is root: said here too, not
+            # learnt from that member's refused jobs.
+            members = sorted(Membership.objects.filter(tenant_id=self.pk)
+                             .filter(Q(unix_user="root") | Q(unix_group="root"))
+                             .values_list("user__username", flat=True))
+            if members:
+                raise ValidationError({"allow_root": f"members map to root ({', '.join(members)}): map them to "
+                                                     "another user or group first"})
 
 
 class Role(models.TextChoices):
@@ -88,8 +97,9 @@ class Membership(models.Model):
 
     def clean(self) -> None:
         if self.tenant_id is not None:
-            root_without_leave(self, Tenant.objects.filter(pk=self.tenant_id).values_list("allow_root", flat=True)
-                               .first() or False)
+            # The tenant as this edit has it: the admin's tenant page posts its allow_root and its
+            # members' mappings at once (stored, elsewhere).
+            root_without_leave(self, self.tenant.allow_root)
         if self.min_priority is not None and self.max_priority is not None and self.min_priority > self.max_priority:
             raise ValidationError({"min_priority": f"must not be above max_priority {self.max_priority}"})
         quota = self.quota_in_effect

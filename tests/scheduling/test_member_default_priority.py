@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.models import Allocation, Membership, PolicyChange, Quota
+from scheduling.models import Allocation, Membership, PolicyChange, Quota, Tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -147,3 +147,26 @@ def test_the_admin_s_tenant_page_checks_it_against_the_range_as_the_same_post_ed
     assert saved.status_code == 302
     assert Membership.objects.get(pk=alice_member.pk).default_priority == 80
     assert Quota.objects.get(tenant=tenant).max_priority == 90
+
+
+def test_the_admin_s_tenant_page_judges_a_member_s_root_mapping_by_the_allow_root_it_posts(
+        client, django_user_model, alice_member):
+    """The tenant's allow_root and its members' mappings are edited in one post there: a member
+    mapped to root is judged against the leave as that post sets it, not as stored (taking the
+    leave away while mapping a member to root saved both, and the member's work was refused at
+    every start)."""
+    client.force_login(django_user_model.objects.create_superuser("root", password="pw-root-123"))
+    tenant = alice_member.tenant
+    Tenant.objects.filter(pk=tenant.pk).update(allow_root=True)
+    url, data = _tenant_admin_post(client, tenant)
+    data.pop("allow_root")
+    refused = client.post(url, {**data, "memberships-0-unix_user": "root"})
+    assert refused.status_code == 200
+    [members] = [i.formset for i in refused.context["inline_admin_formsets"] if i.formset.prefix == "memberships"]
+    assert "allow_root" in str(members.forms[0].errors["unix_user"])
+    assert Membership.objects.get(pk=alice_member.pk).unix_user == "" and Tenant.objects.get(pk=tenant.pk).allow_root
+    # The leave given in the same post as the mapping: saved.
+    Tenant.objects.filter(pk=tenant.pk).update(allow_root=False)
+    saved = client.post(url, {**data, "allow_root": "on", "memberships-0-unix_user": "root"})
+    assert saved.status_code == 302
+    assert Membership.objects.get(pk=alice_member.pk).unix_user == "root" and Tenant.objects.get(pk=tenant.pk).allow_root

@@ -99,3 +99,15 @@ def test_a_members_own_mapping_wins_for_the_work_they_submit(sent, tenant_physic
                                                      running=[])).frames
     resent = {f["allocation"]: f["user"] for f in frames if f["type"] == "start"}
     assert resent == {str(hers.pk): "carol", str(theirs.pk): "physics"}
+
+
+def test_the_leave_to_run_as_root_is_not_taken_back_while_a_member_maps_to_root(ops, tenant_physics, carol):
+    """A member's mapping to root was allowed by the tenant's allow_root; turning that off would
+    leave the mapping standing and the member's work refused at every start."""
+    assert _patch(ops, "/api/v1/run-as/tenants/physics/", {"allow_root": True, "reason": "x"}).status_code == 200
+    assert _patch(ops, f"/api/v1/run-as/members/{carol.pk}/", {"unix_group": "root", "reason": "x"}).status_code == 200
+    refused = _patch(ops, "/api/v1/run-as/tenants/physics/", {"allow_root": False, "reason": "x"})
+    assert refused.status_code == 400 and "carol" in refused.json()["allow_root"][0], refused.content
+    assert Tenant.objects.get(pk=tenant_physics.pk).allow_root
+    assert _patch(ops, f"/api/v1/run-as/members/{carol.pk}/", {"unix_group": "", "reason": "x"}).status_code == 200
+    assert _patch(ops, "/api/v1/run-as/tenants/physics/", {"allow_root": False, "reason": "x"}).status_code == 200
