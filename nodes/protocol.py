@@ -334,7 +334,8 @@ class Start:
     checkpoint_dir: str
     # The GPUs bound to this allocation on the node ({index, uuid}); the agent shows it these only.
     devices: list[dict[str, Any]] = field(default_factory=list)
-    # The Unix user and group to run as ("": the agent's own); root only with allow_root.
+    # The Unix user and group to run as ("": none mapped: as the agent, only where it may,
+    # nodes/runas.py); root only with allow_root.
     user: str = ""
     group: str = ""
     allow_root: bool = False

@@ -10,7 +10,8 @@ frame says the operator allowed root for the tenant (``refused``). Without a use
 run as the agent, able to read the agent's token and report for its node: refused as well, unless
 the node's operator started the agent with ``--unmapped-as-agent`` (a single-user node: the
 command then runs as the agent does, with the agent's environment) or, for an agent running as
-root, the tenant may run as root. A simulated start runs nothing and is taken.
+root, the tenant may run as root. So is a mapping to the very user a non-root agent runs as, which
+is the same work under another name, on the same terms. A simulated start runs nothing and is taken.
 
 Imports nothing of Django: it runs on compute nodes.
 """
@@ -55,7 +56,8 @@ def resolve(user: str, group: str = "", allow_root: bool = False, *, runs: bool 
     """The identity a frame names (None: none named, run as the agent). Raises Refused. Without a
     user the work would run as the agent: refused unless the node's operator said unmapped work may
     (``unmapped_as_agent``); where the agent runs as root, only if the operator allowed root for
-    the tenant, whatever the node says (``runs`` False: a simulated start, which runs nothing)."""
+    the tenant, whatever the node says. A user who is the agent's own (not root) is refused on the
+    same terms (``runs`` False: a simulated start, which runs nothing)."""
     if not user:
         if runs and os.geteuid() == 0 and not allow_root:
             raise Refused("refused", "no Unix user is mapped for this work and the agent runs as root: "
@@ -76,6 +78,9 @@ def resolve(user: str, group: str = "", allow_root: bool = False, *, runs: bool 
             raise Refused("user_unknown", f"no group {group!r} on this node") from None
     if (entry.pw_uid == 0 or gid == 0) and not allow_root:
         raise Refused("refused", f"{user!r} is root (uid or gid 0), which this tenant may not run as")
+    if runs and entry.pw_uid == os.geteuid() != 0 and not unmapped_as_agent:  # mapped, yet as the agent
+        raise Refused("refused", f"{user!r} is the user this agent runs as, so the work could read its token: "
+                                 "map the tenant (or the member) to another user")
     groups = sorted({g.gr_gid for g in grp.getgrall() if user in g.gr_mem} | {entry.pw_gid} - {gid})
     return Identity(entry.pw_uid, gid, groups, user, entry.pw_dir or "/", entry.pw_shell or "/bin/sh")
 

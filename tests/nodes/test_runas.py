@@ -148,3 +148,19 @@ def test_run_agent_passes_unmapped_as_agent_to_the_agent(tmp_path, monkeypatch):
         with pytest.raises(SystemExit):
             call_command("run_agent", "--token-file", str(tmp_path / "t"), *extra)
     assert ["--unmapped-as-agent" in argv for argv in given] == [False, True]
+
+
+def test_a_mapping_to_the_agents_own_user_is_unmapped_work_under_another_name(monkeypatch):
+    """A non-root agent given a user who is itself runs the work as the agent (it can read the
+    agent's token) just as unmapped work would: refused on the same terms, unless the node's
+    operator started the agent with --unmapped-as-agent. Another user, or a simulated start, is
+    not affected."""
+    from nodes import runas
+    own = pwd.getpwnam("daemon")
+    monkeypatch.setattr("nodes.runas.os.geteuid", lambda: own.pw_uid)  # the agent runs as daemon
+    with pytest.raises(runas.Refused) as refused:
+        runas.resolve("daemon")
+    assert refused.value.reason == "refused" and "the user this agent runs as" in str(refused.value)
+    assert runas.resolve("daemon", unmapped_as_agent=True).uid == own.pw_uid
+    assert runas.resolve("daemon", runs=False).uid == own.pw_uid
+    assert runas.resolve("bin").uid == pwd.getpwnam("bin").pw_uid
