@@ -20,6 +20,7 @@ COMMANDS = {
     "seed_demo": ["seed_demo"],
     "run_scheduler": ["run_scheduler"],
     "demo_traffic": ["demo_traffic"],
+    "run_agent_fleet": ["run_agent", "--simulate-all"],
     "replay_history": ["replay", "-", "--format", "lattice", "--cluster", str(SAMPLES / "cluster-small.json"),
                        "--policy", str(SAMPLES / "class_cost.json")],
     "replay_group": ["replay", str(SAMPLES / "NASA-iPSC-1993-3.1-cln.first3000.swf"), "--group", "batch"],

@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from nodes import agent, devices
 from nodes.actions import agent_token_simulated
 from nodes.models import Node
+from scheduling.management.database import require_migrated
 
 
 class Command(BaseCommand):
@@ -42,6 +43,7 @@ class Command(BaseCommand):
                     "--sim-seconds", str(options["sim_seconds"])]
             flags = [f"--{name.replace('_', '-')}" for name in ("simulate", "unmapped_as_agent") if options[name]]
             raise SystemExit(agent.main(argv + flags))
+        require_migrated()  # the fleet is read from the nodes, and issued tokens
         fleet = []
         for node in Node.objects.order_by("name"):
             workdir = Path(options["workdir"]) / node.name
