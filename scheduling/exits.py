@@ -14,8 +14,10 @@ WORDS = {
     "user_unknown": ("It did not start: the Unix user or group it was to run as does not exist on the node. "
                      "An operator must create it there, or change the tenant's (or the member's) mapping."),
     "refused": ("It did not start: it would have run as root, or as the node's agent itself, which no operator "
-                "allowed (its tenant, or the member, maps to root, or to no Unix user). An operator must map the "
-                "tenant (or the member) to a Unix user other than root, or allow root for the tenant."),
+                "allowed (its tenant, or the member, maps to root, to the agent's own user, or to no Unix user). "
+                "An operator must map the tenant (or the member) to a Unix user other than root and the agent's; "
+                "else allow root for the tenant (where the node's agent runs as root), or start the node's agent "
+                "with --unmapped-as-agent (a single-user node, where the agent does not run as root)."),
 }
 
 

@@ -37,6 +37,7 @@ def test_unmapped_work_is_refused_by_a_root_agent_until_the_tenant_may_run_as_ro
     assert not ran.exists()
     page = alice.get(f"/jobs/{refused}/").content.decode()
     assert "it would have run as root" in page and "allow root for the tenant" in page
+    assert "--unmapped-as-agent" in page  # the remedy where an agent not running as root refused it
 
     Tenant.objects.filter(pk=tenant_physics.pk).update(allow_root=True)  # the operator's leave
     allowed = alice.post("/api/v1/allocations/", body, content_type="application/json").json()["id"]
