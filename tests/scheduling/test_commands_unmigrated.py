@@ -38,3 +38,13 @@ def test_a_command_on_an_unmigrated_database_says_to_migrate(argv, tmp_path):
     assert "migration(s) not applied" in done.stderr and "python manage.py migrate" in done.stderr
     tables = sqlite3.connect(db).execute("select name from sqlite_master where type = 'table'").fetchall()
     assert tables in ([], [("django_migrations",)])  # what Django's migration check itself may make
+
+
+@pytest.mark.parametrize("argv", COMMANDS.values(), ids=list(COMMANDS))
+def test_a_command_on_a_database_it_cannot_reach_says_why(argv, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    done = subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**env, "DATABASE_URL": f"sqlite:///{tmp_path / 'no-such-dir' / 'db.sqlite3'}",
+                               "LATTICE_VAR_DIR": str(tmp_path)})
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "cannot read the database" in done.stderr

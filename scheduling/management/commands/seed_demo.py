@@ -95,9 +95,12 @@ TENANTS = {
 class Command(BaseCommand):
     help = "Create (or complete) the demo cluster: resource groups, vClusters, nodes, tenants, users."
 
-    @transaction.atomic
     def handle(self, *args: Any, **options: Any) -> None:
-        require_migrated()
+        require_migrated()  # before the transaction, whose start is the first to reach the database
+        self._seed()
+
+    @transaction.atomic
+    def _seed(self) -> None:
         User = get_user_model()
         operators, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
         operators.permissions.set(Permission.objects.filter(content_type__app_label__in=["scheduling", "nodes"]))
