@@ -12,6 +12,7 @@ compiled for every request.
 from __future__ import annotations
 
 import copy
+import unicodedata
 from typing import Any
 
 from django.utils.encoding import smart_str
@@ -91,13 +92,18 @@ def fresh_fields(cls: type[serializers.Serializer]) -> dict[str, serializers.Fie
     return {name: _fresh(field) for name, field in _unbound_fields(cls).items()}
 
 
+# Control and format characters, and the line and paragraph separators: what may break a line or
+# act on a terminal. Spaces other than ASCII's (a no-break space, CJK's ideographic space) are text.
+NOT_ON_ONE_LINE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
 class PrintableText(serializers.CharField):
     """Text shown on one line wherever it appears (a job's name in lists, the command line, the
     live feed): no control or format characters (line breaks, tabs, terminal escapes)."""
 
     def to_internal_value(self, data: Any) -> str:
         value: str = super().to_internal_value(data)
-        if not value.isprintable():
+        if not value.isprintable() and any(unicodedata.category(c) in NOT_ON_ONE_LINE for c in value):
             raise serializers.ValidationError("must be printable text on one line: no control or format characters "
                                               "(line breaks, tabs, escapes)")
         return value

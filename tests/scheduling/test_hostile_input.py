@@ -39,7 +39,8 @@ def test_a_nul_in_a_submission_is_a_field_error(alice, path, over, field):
     assert not Allocation.objects.exists()
 
 
-@pytest.mark.parametrize("name", ["two\nlines", "a\rb", "tab\there", "\x1b]0;title\x07", "bidi\u202eflip", "z\u200bw"])
+@pytest.mark.parametrize("name", ["two\nlines", "a\rb", "tab\there", "\x1b]0;title\x07", "bidi\u202eflip", "z\u200bw",
+                                  "line\u2028separator", "n\x85el"])
 def test_a_job_name_with_control_or_format_characters_is_a_field_error(alice, name):
     response = alice.post("/api/v1/allocations/", {**JOB, "name": name}, content_type="application/json")
     assert response.status_code == 400, response.content
@@ -47,6 +48,15 @@ def test_a_job_name_with_control_or_format_characters_is_a_field_error(alice, na
     assert not Allocation.objects.exists()
     fine = alice.post("/api/v1/allocations/", {**JOB, "name": "résumé 训练 #1 (ok)"}, content_type="application/json")
     assert fine.status_code == 201 and fine.json()["name"] == "résumé 训练 #1 (ok)"
+
+
+@pytest.mark.parametrize("name", ["学習\u3000ジョブ", "no\u00a0break", "private\ue000use"])
+def test_a_job_name_with_spaces_other_than_ascii_s_is_taken(alice, name):
+    """A CJK ideographic space or a no-break space is text on one line, not a control or format
+    character: the name is kept as written."""
+    made = alice.post("/api/v1/allocations/", {**JOB, "name": name}, content_type="application/json")
+    assert made.status_code == 201, made.content
+    assert made.json()["name"] == name
 
 
 @pytest.mark.postgres
