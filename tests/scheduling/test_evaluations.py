@@ -354,3 +354,32 @@ def test_two_evaluations_asked_at_once_for_two_groups_start_one(operator, resour
     refused = [r for r in results if isinstance(r, Conflict)]
     assert len(started) == 1 and len(refused) == 1, results
     assert f"evaluation #{started[0].pk} of {started[0].resource_group.name} is queued" in refused[0].message
+
+
+@pytest.mark.postgres
+def test_the_migration_to_one_unfinished_evaluation_keeps_the_running_one(operator, resource_group):
+    """Evaluations a past race left unfinished side by side: the one running keeps going (not an
+    earlier one still queued, which would discard the work done), the others are failed and asked
+    to stop, so their task stops at its next progress point instead of running on unseen."""
+    import importlib
+
+    from django.apps import apps
+    from django.db import connection
+    migration = importlib.import_module("scheduling.migrations.0022_one_unfinished_evaluation")
+    with connection.cursor() as cursor:  # as before the migration (rolled back with the test)
+        cursor.execute("DROP INDEX policyevaluation_one_unfinished")
+    now = timezone.now()
+    base = {"resource_group": resource_group, "requested_by": operator, "days": 1, "since": now, "until": now,
+            "current_policy": {"kind": "class_cost"}, "candidate_policy": {"kind": "class_cost"}}
+    queued = PolicyEvaluation.objects.create(**base)
+    running = PolicyEvaluation.objects.create(**base, status="running", progress_at=now)
+    later = PolicyEvaluation.objects.create(**base)
+    PolicyEvaluation.objects.filter(pk=queued.pk).update(created_at=now - timedelta(minutes=5))
+
+    migration.fail_all_but_the_first(apps, None)
+
+    rows = {e.pk: e for e in PolicyEvaluation.objects.all()}
+    assert rows[running.pk].status == "running" and not rows[running.pk].cancel_requested
+    for pk in (queued.pk, later.pk):
+        assert rows[pk].status == "failed" and rows[pk].cancel_requested
+        assert f"evaluation #{running.pk} ran at the same time" in rows[pk].error
