@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path, re_path
+from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from lattice_site.redoc import REDOC_DIST, redoc_bundle
@@ -8,6 +8,21 @@ from nodes import views as node_views
 from scheduling import views
 from scheduling.metrics import metrics_view
 from scheduling.web import console, evaluations, ops, portal, tenants
+
+
+class JobVerb:
+    """The job page's verbs: any other name is a 404 whatever the method (not a 405 for a GET)."""
+
+    regex = "hold|release|requeue"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(JobVerb, "job_verb")
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -39,8 +54,7 @@ urlpatterns = [
     path("jobs/new/", portal.submit, name="job-submit"),
     path("jobs/<int:pk>/", portal.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", portal.cancel, name="job-cancel"),
-    # Only the verbs there are: any other name is a 404 whatever the method, not a 405 for a GET.
-    re_path(r"^jobs/(?P<pk>[0-9]+)/(?P<name>hold|release|requeue)/$", portal.verb, name="job-verb"),
+    path("jobs/<int:pk>/<job_verb:name>/", portal.verb, name="job-verb"),
     path("api/v1/", include("scheduling.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
