@@ -167,6 +167,8 @@ class IncrementalPass:
             return False
         if self.rank:
             return not bounds.may_preempt_any()
+        if self.policy.kind == "class_cost" and not bounds.reachable_any(req.preemption_class, self.rshapes):
+            return True
         return not bounds.may_preempt(req, starving, backoff, rest=True)
 
     def _quiet(self, t: float, starving: dict[str, bool], backoff: bool) -> bool:
@@ -181,12 +183,16 @@ class IncrementalPass:
         kind = self.policy.kind
         if kind == "fair_share" and (backoff or not any(starving.get(name, False) for name in self.demand)):
             return True  # the engine's gates: nobody may preempt now (read before the victims)
+        head = self.order.head()
+        ranked = kind in ("class_cost", "priority") and head is not None and not self.rank
+        if ranked and kind == "class_cost" and bounds.can_preempt and not bounds.reachable_any(
+                self.jobs[head].job.preemption_class, self.rshapes):
+            return True  # every pending request is of the head's class or lower
         if not bounds.may_preempt_any():
             return True
         if kind == "fair_share":
             return False
-        head = self.order.head()
-        if kind in ("class_cost", "priority") and head is not None and not self.rank:
+        if ranked and head is not None:
             return not bounds.may_preempt(self.jobs[head].request(), False, backoff, rest=True)
         return False
 

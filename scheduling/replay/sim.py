@@ -306,6 +306,7 @@ class Simulation(IncrementalPass):
             self.reserving.reserve(self.cluster)  # the rebuilt snapshot keeps them, as a reload would
             self._borrow(decision.borrowed, req.vcluster)
         self.cluster.add(alloc)
+        self.bounds.work_moved()
         st.started = t
         self.rec.first_start.setdefault(st.idx, t)
         if self.watch:
@@ -345,6 +346,7 @@ class Simulation(IncrementalPass):
 
     def _release(self, st: JobState, t: float) -> None:
         alloc = self.cluster.remove(str(st.idx))
+        self.bounds.work_moved()
         nodes = list(alloc.placement) if alloc else []
         self.rec.hold(st.use, nodes, st.gpus, t, -1)
         self.dirty.add(st.job.tenant)
