@@ -163,11 +163,11 @@ class IncrementalPass:
         bounds, cluster = self.bounds, self.cluster
         if self.special or (bounds.borrowing and self.in_vc):
             return False
-        if any(bounds.fits(cluster, *shape) for shape in self.rshapes):
+        if any(bounds.fits(cluster, *shape) for shape in self.rshapes.least()):
             return False
         if self.rank:
             return not bounds.may_preempt_any()
-        if self.policy.kind == "class_cost" and not bounds.reachable_any(req.preemption_class, self.rshapes):
+        if self.policy.kind == "class_cost" and not bounds.reachable_any(req.preemption_class, self.rshapes.least()):
             return True
         return not bounds.may_preempt(req, starving, backoff, rest=True)
 
@@ -178,7 +178,7 @@ class IncrementalPass:
             return False
         bounds, cluster = self.bounds, self.cluster
         bounds.refresh(cluster, t)
-        if any(bounds.fits(cluster, *shape) for shape in self.rshapes):
+        if any(bounds.fits(cluster, *shape) for shape in self.rshapes.least()):
             return False
         kind = self.policy.kind
         if kind == "fair_share" and (backoff or not any(starving.get(name, False) for name in self.demand)):
@@ -186,7 +186,7 @@ class IncrementalPass:
         head = self.order.head()
         ranked = kind in ("class_cost", "priority") and head is not None and not self.rank
         if ranked and kind == "class_cost" and bounds.can_preempt and not bounds.reachable_any(
-                self.jobs[head].job.preemption_class, self.rshapes):
+                self.jobs[head].job.preemption_class, self.rshapes.least()):
             return True  # every pending request is of the head's class or lower
         if not bounds.may_preempt_any():
             return True

@@ -1,5 +1,5 @@
 """The pending queue of the incremental replay, kept in the pass's order (``passes.ordering.queue_key``)
-instead of sorted again at every pass.
+instead of sorted again at every pass; and its requests' resource shapes (``PendingShapes``).
 
 In every kind but ``fair_share`` a request's key does not change while it waits: one sorted list.
 In ``fair_share`` the key's first terms are its tenant's (starving, deficit), which move with the
@@ -60,6 +60,44 @@ class PendingOrder:
     def head(self) -> int | None:
         """The first request (in a kind other than fair_share, whose first terms move)."""
         return self._one[0][1] if self._one else None
+
+
+Shape = tuple[int, float, float]  # (nodes, gpus, cpus per node)
+
+
+class PendingShapes:
+    """The pending requests' resource shapes, counted, with the least of them: those that no
+    other pending shape is at most in every term. A shape that fits (or, once victims left,
+    could) means that every shape at most it in every term does too, so whether any pending
+    request could is whether one of the least could."""
+
+    def __init__(self) -> None:
+        self._count: dict[Shape, int] = {}
+        self._least: list[Shape] | None = None
+
+    def __len__(self) -> int:
+        return len(self._count)
+
+    def add(self, shape: Shape) -> None:
+        before = self._count.get(shape, 0)
+        self._count[shape] = before + 1
+        if not before:
+            self._least = None
+
+    def discard(self, shape: Shape) -> None:
+        left = self._count[shape] - 1
+        if left:
+            self._count[shape] = left
+        else:
+            del self._count[shape]
+            self._least = None
+
+    def least(self) -> list[Shape]:
+        if self._least is None:
+            shapes = list(self._count)
+            self._least = [s for s in shapes if not any(
+                o != s and o[0] <= s[0] and o[1] <= s[1] and o[2] <= s[2] for o in shapes)]
+        return self._least
 
 
 def _tenants_in_order(tied: dict[tuple, list[list[tuple]]]) -> Iterator[int]:

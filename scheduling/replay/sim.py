@@ -21,7 +21,7 @@ from scheduling.engine import model as em
 from scheduling.passes.ordering import PassReservations, below_since, queue_key, reserve_free
 
 from .incremental import IncrementalPass
-from .order import PendingOrder
+from .order import PendingOrder, PendingShapes
 from .prune import Bounds
 from .spec import ClusterSpec
 from .stats import Recorder, TenantUse
@@ -118,7 +118,7 @@ class Simulation(IncrementalPass):
         self.order = PendingOrder(policy.kind == "fair_share")
         self.standing: dict[str, tuple[bool, float]] = {}  # fair_share: each tenant's, as of the last key made
         self.static_key = self._order_key(0.0) if policy.kind != "fair_share" else None
-        self.rshapes: dict[tuple[int, float, float], int] = {}  # pending requests per resource shape
+        self.rshapes = PendingShapes()
         self.special = 0  # pending sensitive requests (never passed over)
         self.in_vc = 0  # pending requests in a vCluster (never passed over while a node is lent)
         self.bounds = Bounds(policy, False)
@@ -190,7 +190,7 @@ class Simulation(IncrementalPass):
         if self.incremental:
             key = self.static_key(st.idx)[1] if self.static_key is not None else ()
             self.order.add(st.idx, key, st.job.tenant, st.job.submit)
-            self.rshapes[st.rshape] = self.rshapes.get(st.rshape, 0) + 1
+            self.rshapes.add(st.rshape)
             self.special += st.request().is_sensitive
             self.in_vc += st.job.vcluster is not None
 
@@ -201,11 +201,7 @@ class Simulation(IncrementalPass):
         self._demand(st.job.tenant, -1)
         if self.incremental:
             self.order.discard(st.idx)
-            left = self.rshapes[st.rshape] - 1
-            if left:
-                self.rshapes[st.rshape] = left
-            else:
-                del self.rshapes[st.rshape]
+            self.rshapes.discard(st.rshape)
             self.special -= st.request().is_sensitive
             self.in_vc -= st.job.vcluster is not None
 
