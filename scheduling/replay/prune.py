@@ -113,12 +113,33 @@ class Bounds:
             self._fit = _Room(self._free, cluster.res_index, EPS)
         return self._fit.count(gpus, cpus)
 
-    def work_moved(self) -> None:
-        """Work started or ended (was added to the snapshot or left it): the loose bounds of
-        ``reachable``, which no reservation or state change moves, and the possible victims are
-        read again."""
-        self._loose.clear()
+    def work_moved(self, cluster: Cluster, alloc: em.Allocation, sign: int) -> None:
+        """``alloc`` was added to ``cluster`` (``sign`` 1) or left it (-1): the possible victims
+        are read again, and its amounts are put into the loose bounds of ``reachable`` (which no
+        reservation or state change moves), or these are read again where they cannot be."""
         self._work += 1
+        loose = self._loose
+        loose.rooms.clear()
+        if loose.below is None:
+            return
+        classes, below = loose.classes, loose.below
+        at = int(np.searchsorted(classes, alloc.preemption_class))
+        if cluster is not self._cluster or (alloc.preemptible and (
+                at == len(classes) or classes[at] != alloc.preemption_class)):
+            loose.clear()  # another snapshot, or a class without its row
+            return
+        if not (alloc.preemptible or alloc.state == "running"):
+            return  # counted free (``_loose_free_after``)
+        # It takes from what is free for every class but those it is below (rows past its own).
+        rows = at + 1 if alloc.preemptible else len(below)
+        for name, amounts in alloc.placement.items():
+            node = cluster.node_index[name]
+            for r, amount in amounts.items():
+                column = cluster.res_index.get(r)
+                if column is None or column >= below.shape[2]:
+                    loose.clear()  # a resource the bounds were not read with
+                    return
+                below[:rows, node, column] -= sign * amount
 
     def may_preempt_any(self) -> bool:
         """Whether any request could preempt at all: the policy on, some running work unprotected."""

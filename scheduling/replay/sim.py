@@ -302,7 +302,7 @@ class Simulation(IncrementalPass):
             self.reserving.reserve(self.cluster)  # the rebuilt snapshot keeps them, as a reload would
             self._borrow(decision.borrowed, req.vcluster)
         self.cluster.add(alloc)
-        self.bounds.work_moved()
+        self.bounds.work_moved(self.cluster, alloc, +1)
         st.started = t
         self.rec.first_start.setdefault(st.idx, t)
         if self.watch:
@@ -342,7 +342,8 @@ class Simulation(IncrementalPass):
 
     def _release(self, st: JobState, t: float) -> None:
         alloc = self.cluster.remove(str(st.idx))
-        self.bounds.work_moved()
+        if alloc is not None:
+            self.bounds.work_moved(self.cluster, alloc, -1)
         nodes = list(alloc.placement) if alloc else []
         self.rec.hold(st.use, nodes, st.gpus, t, -1)
         self.dirty.add(st.job.tenant)
