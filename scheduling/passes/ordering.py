@@ -48,9 +48,12 @@ def below_since(share: float, fair_share: float, tolerance: float, has_demand: b
     return (since if since is not None else now) if below else None
 
 
-def reserve_free(cluster: Cluster, key: str, names: list[str]) -> None:
+def reserve_free(cluster: Cluster, key: str, names: list[str],
+                 made: dict[str, em.Allocation] | None = None) -> None:
     """Free capacity on a preemptor's held nodes is kept for it: others see it as taken (an entry
-    ``key`` that is not preemptible and already leaving, removed with ``cluster.remove(key)``)."""
+    ``key`` that is not preemptible and already leaving, removed with ``cluster.remove(key)``).
+    ``made``: the reservations made before, by key; one that reserves the same is used again
+    (it is immutable), and a new one is kept there."""
     placement = {}
     for name in names:
         i = cluster.node_index.get(name)
@@ -59,8 +62,14 @@ def reserve_free(cluster: Cluster, key: str, names: list[str]) -> None:
         # Read as Python floats: the same differences as numpy's, without its per-element cost.
         free = zip(cluster.res_names, cluster.cap[i].tolist(), cluster.used[i].tolist(), strict=True)
         placement[name] = {r: v for r, cap, used in free if (v := cap - used) > 0}
-    if placement:
-        cluster.add(em.Allocation(id=key, state="terminating", placement=placement, preemptible=False))
+    if not placement:
+        return
+    hold = made.get(key) if made is not None else None
+    if hold is None or hold.placement != placement:
+        hold = em.Allocation(id=key, state="terminating", placement=placement, preemptible=False)
+        if made is not None:
+            made[key] = hold
+    cluster.add(hold)
 
 
 class PassReservations:

@@ -40,7 +40,7 @@ class IncrementalPass:
         if quiet and not holders:
             return  # nothing can start: every decision of this pass would be a wait
         for idx, names in holders.items():
-            reserve_free(self.cluster, f"hold:{idx}", list(names))
+            reserve_free(self.cluster, f"hold:{idx}", list(names), self.holds)
         key = self._order_key(t)
         waited: dict[tuple, tuple[int, int]] = {}
         for idx in sorted(holders, key=key):
@@ -98,7 +98,7 @@ class IncrementalPass:
         if self._same_again(f"hold:{idx}"):
             return
         self.cluster.remove(f"hold:{idx}")
-        reserve_free(self.cluster, f"hold:{idx}", list(self.holders[idx]))
+        reserve_free(self.cluster, f"hold:{idx}", list(self.holders[idx]), self.holds)
 
     def _same_again(self, key: str) -> bool:
         """Whether removing the reservation ``key`` and making it again would leave every array of
@@ -152,7 +152,7 @@ class IncrementalPass:
         elif decision.outcome == "preempt":
             self._preempt(st, decision, t)
         elif held:
-            reserve_free(cluster, f"hold:{idx}", list(held))
+            reserve_free(cluster, f"hold:{idx}", list(held), self.holds)
         else:
             waited[st.wshape if self.incremental else st.shape] = (cluster.version, cluster.state_version)
 

@@ -106,6 +106,7 @@ class Simulation(IncrementalPass):
         self.seq = 0
         self.pending: set[int] = set()
         self.holders: dict[int, tuple[str, ...]] = {}
+        self.holds: dict[str, em.Allocation] = {}  # the holders' last reservations (``reserve_free``)
         # Nodes this pass's preemptors hold, not yet reserved in the snapshot: as in the real pass,
         # put there only when a later decision would use one of them (``_decide``), so that a
         # preemption does not change the snapshot's version and the engine's kept values stay.
@@ -196,7 +197,8 @@ class Simulation(IncrementalPass):
 
     def _dequeue(self, st: JobState) -> None:
         self.pending.discard(st.idx)
-        self.holders.pop(st.idx, None)
+        if self.holders.pop(st.idx, None) is not None:
+            self.holds.pop(f"hold:{st.idx}", None)
         self.rec.queue -= 1
         self._demand(st.job.tenant, -1)
         if self.incremental:
@@ -225,7 +227,7 @@ class Simulation(IncrementalPass):
             return
         holders = self.holders
         for idx, names in holders.items():
-            reserve_free(self.cluster, f"hold:{idx}", list(names))
+            reserve_free(self.cluster, f"hold:{idx}", list(names), self.holds)
         order = sorted(self.pending, key=self._order_key(t))
         waited: dict[tuple, tuple[int, int]] = {}
         for idx in order[: self.budget + len(holders)]:
