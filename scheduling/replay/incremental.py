@@ -54,29 +54,41 @@ class IncrementalPass:
             for idx in holders:
                 self.cluster.remove(f"hold:{idx}")
             return
+        self._read_queue(t, starving, backoff, waited)
+        self._unreserve()
+        self._track(t)
+
+    def _read_queue(self, t: float, starving: dict[str, bool], backoff: bool,
+                    waited: dict[tuple, tuple[int, int]]) -> None:
+        """The queue past the holders, in order, up to the pass's budget: each request decided
+        where it could start, passed over where it could not, until nothing later could."""
+        holders, pending, jobs, bounds, watch, budget = (self.holders, self.pending, self.jobs, self.bounds,
+                                                         self.watch, self.budget)
+        cluster = self.cluster
+        stamp = (cluster.version, cluster.state_version)  # moved only by a decision
         seen = 0
-        for idx in self.order.ordered(self._tenant_key, self.budget + len(holders)):
-            if self._all_started():
-                break
-            if idx in holders or idx not in self.pending:
+        for idx in self.order.ordered(self._tenant_key, budget + len(holders)):
+            if watch is not None and not watch:
+                break  # ``_all_started``
+            if idx in holders or idx not in pending:
                 continue
             seen += 1
-            if seen > self.budget:
+            if seen > budget:
                 break
-            st, cluster = self.jobs[idx], self.cluster  # a loan rebuilds the snapshot
-            if waited.get(st.wshape) == (cluster.version, cluster.state_version):
+            st = jobs[idx]
+            if waited.get(st.wshape) == stamp:
                 continue
             bounds.refresh(cluster, t)
             req, j = st.request(), st.job
             if bounds.fits(cluster, j.nodes, j.gpus, j.cpus) or bounds.may_preempt(
                     req, starving.get(j.tenant, False), backoff):
                 self._decide(st, t, waited)
+                cluster = self.cluster  # a loan rebuilds the snapshot
+                stamp = (cluster.version, cluster.state_version)
             elif self._nothing_after(req, starving.get(j.tenant, False), backoff):
                 break  # nothing fits, and every later request preempts no more than this one could
             else:  # the engine's answer is "wait", for every request alike in what these read
-                waited[st.wshape] = (cluster.version, cluster.state_version)
-        self._unreserve()
-        self._track(t)
+                waited[st.wshape] = stamp
 
     def _tenant_key(self, tenant: str) -> tuple:
         """In fair_share, the first terms of the queue's key (``queue_key``) for every request of
