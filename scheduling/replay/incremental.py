@@ -21,6 +21,7 @@ from scheduling.engine import model as em
 from scheduling.passes.ordering import reserve_free
 
 EPS = 1e-9
+ROOMLESS = ("NO_FEASIBLE_SET", "EXCEEDS_MAX_VICTIMS")  # the engine's waits for want of a victim set
 
 
 class IncrementalPass:
@@ -81,7 +82,7 @@ class IncrementalPass:
             bounds.refresh(cluster, t)
             req, j = st.request(), st.job
             if bounds.fits(cluster, j.nodes, j.gpus, j.cpus) or bounds.may_preempt(
-                    req, starving.get(j.tenant, False), backoff):
+                    req, starving.get(j.tenant, False), backoff, room=st.wshape in self.roomless):
                 self._decide(st, t, waited)
                 cluster = self.cluster  # a loan rebuilds the snapshot
                 stamp = (cluster.version, cluster.state_version)
@@ -167,6 +168,8 @@ class IncrementalPass:
             reserve_free(cluster, f"hold:{idx}", list(held), self.holds)
         else:
             waited[st.wshape if self.incremental else st.shape] = (cluster.version, cluster.state_version)
+            if decision.code in ROOMLESS:
+                self.roomless.add(st.wshape)
 
     def _nothing_after(self, req: em.Allocation, starving: bool, backoff: bool) -> bool:
         """Whether no request from here on could start: none of the pending shapes fits, none is

@@ -23,7 +23,6 @@ Everything is cached per snapshot version and instant, so it is read again only 
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterable
 
 import numpy as np
@@ -149,9 +148,12 @@ class Bounds:
             self._victims()
         return self.any_victim
 
-    def may_preempt(self, req: em.Allocation, starving: bool, backoff: bool, rest: bool = False) -> bool:
+    def may_preempt(self, req: em.Allocation, starving: bool, backoff: bool, rest: bool = False,
+                    room: bool = False) -> bool:
         """False only when the engine could not find a victim for ``req`` on this snapshot; with
-        ``rest``, for any request after ``req`` in the queue's order (whatever its own flags)."""
+        ``rest``, for any request after ``req`` in the queue's order (whatever its own flags).
+        With ``room``, in class_cost, also where victims could not make room for it (``reachable``:
+        worth reading for shapes the engine found without a victim set before)."""
         if not self.can_preempt or (not req.preemptive and not rest):
             return False
         if not rest and (req.is_sensitive or (self.borrowing and req.vcluster is not None)):
@@ -159,7 +161,7 @@ class Bounds:
         kind = self.policy.kind
         if kind == "fair_share" and (not starving or backoff):
             return False  # the engine's gates, before any victim is looked for
-        if kind == "class_cost" and not rest and not self.reachable(
+        if kind == "class_cost" and room and not rest and not self.reachable(
                 req.preemption_class, req.nodes, req.per_node.get("gpu", 0.0), req.per_node.get("cpu", 0.0)):
             return False
         if not self._victims_read:
@@ -254,28 +256,22 @@ class _Freeable:
 
 class _Room:
     """How many nodes have what a request asks per node, out of what each has available (nodes x
-    resources) plus a tolerance. A question of GPUs alone, the most asked, is a bisection of
-    the sorted GPU column (made once): the very comparisons of the column, not an array
-    operation per question."""
+    resources) plus a tolerance; counted once per (gpus, cpus)."""
 
     def __init__(self, available: np.ndarray, res_index: dict[str, int], tolerance: float) -> None:
         self.available, self.tolerance = available, tolerance
         self.gpu, self.cpu = res_index["gpu"], res_index.get("cpu")
-        self._sorted: list[float] | None = None
         self._counts: dict[tuple[float, float], int] = {}
 
     def count(self, gpus: float, cpus: float) -> int:
-        if cpus and self.cpu is not None:
-            key = (gpus, cpus)
-            found = self._counts.get(key)
-            if found is None:
-                ok = self.available[:, self.gpu] + self.tolerance >= gpus
+        key = (gpus, cpus)
+        found = self._counts.get(key)
+        if found is None:
+            ok = self.available[:, self.gpu] + self.tolerance >= gpus
+            if cpus and self.cpu is not None:
                 ok &= self.available[:, self.cpu] + self.tolerance >= cpus
-                found = self._counts[key] = int(np.count_nonzero(ok))
-            return found
-        if self._sorted is None:
-            self._sorted = np.sort(self.available[:, self.gpu] + self.tolerance).tolist()
-        return len(self._sorted) - bisect_left(self._sorted, gpus)
+            found = self._counts[key] = int(np.count_nonzero(ok))
+        return found
 
 
 def _loose_free_after(cluster: Cluster, slots: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -307,6 +303,8 @@ def _largest_per_node(nodes: np.ndarray, amounts: np.ndarray, n_nodes: int, boun
     """Per node and resource column, the sum of the ``bound`` largest ``amounts`` of the entries on
     it (every one's when ``bound`` is None)."""
     out = np.zeros((n_nodes, amounts.shape[1]))
+    if bound is not None and (not len(nodes) or int(np.bincount(nodes).max()) <= bound):
+        bound = None  # no node has more entries than the bound: each node's are all its largest
     for r in range(amounts.shape[1]):
         column = amounts[:, r]
         if bound is None:

@@ -123,6 +123,9 @@ class Simulation(IncrementalPass):
         self.special = 0  # pending sensitive requests (never passed over)
         self.in_vc = 0  # pending requests in a vCluster (never passed over while a node is lent)
         self.bounds = Bounds(policy, False)
+        # Request shapes (``wshape``) the engine found no victim set for: ``Bounds.reachable`` is read
+        # for them before they are decided (for others it would cost more than it saves).
+        self.roomless: set[tuple] = set()
         self.engine_calls = 0  # decisions asked of the engine (the benchmark prints it)
         # A forward replay (estimate.py) stops once these have all started, or past ``until``.
         self.watch: set[int] | None = None
