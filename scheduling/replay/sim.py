@@ -102,6 +102,11 @@ class Simulation(IncrementalPass):
         self.session_rank = {s.name: s.rank for s in spec.session_types}
         self.rng = random.Random(seed)
         self.jitter, self.terminate_s, self.budget = checkpoint_jitter, terminate_s, pass_budget
+        self.on_progress = on_progress
+        self._loop_state()
+
+    def _loop_state(self) -> None:
+        """The loop's state before the first event: no event, nothing pending, held or borrowed."""
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.pending: set[int] = set()
@@ -115,14 +120,13 @@ class Simulation(IncrementalPass):
         self.dirty: set[str] = set()  # tenants whose share or demand moved since the last pass
         self.borrowed: dict[str, str] = {}  # node -> the vCluster borrowing it
         self.done = 0
-        self.on_progress = on_progress
-        self.order = PendingOrder(policy.kind == "fair_share")
+        self.order = PendingOrder(self.policy.kind == "fair_share")
         self.standing: dict[str, tuple[bool, float]] = {}  # fair_share: each tenant's, as of the last key made
-        self.static_key = self._order_key(0.0) if policy.kind != "fair_share" else None
+        self.static_key = self._order_key(0.0) if self.policy.kind != "fair_share" else None
         self.rshapes = PendingShapes()
         self.special = 0  # pending sensitive requests (never passed over)
         self.in_vc = 0  # pending requests in a vCluster (never passed over while a node is lent)
-        self.bounds = Bounds(policy, False)
+        self.bounds = Bounds(self.policy, False)
         # Request shapes (``wshape``) the engine found no victim set for: ``Bounds.reachable`` is read
         # for them before they are decided (for others it would cost more than it saves).
         self.roomless: set[tuple] = set()
