@@ -39,6 +39,7 @@ from scheduling.models import (
     REASON_MAX_LENGTH,
     Allocation,
     PolicyChange,
+    PolicyEvaluation,
     Quota,
     ResourceGroup,
     SessionType,
@@ -250,9 +251,11 @@ class ResourceGroupViewSet(viewsets.ReadOnlyModelViewSet):
         """Replace the policy (the whole document, as the contract defines it), with a reason."""
         data = PolicyEdit(data=request.data)
         data.is_valid(raise_exception=True)
-        group = policy_save_evaluated(group=self.get_object(), policy=data.validated_data["policy"],
-                                      actor=request.user, reason=data.validated_data["reason"],
-                                      evaluation_id=data.validated_data.get("evaluation"))
+        group, evaluation = self.get_object(), data.validated_data.get("evaluation")
+        if evaluation and not PolicyEvaluation.objects.filter(pk=evaluation, resource_group=group).exists():
+            raise serializers.ValidationError({"evaluation": [f"no evaluation #{evaluation} of {group.name}"]})
+        group = policy_save_evaluated(group=group, policy=data.validated_data["policy"], actor=request.user,
+                                      reason=data.validated_data["reason"], evaluation_id=evaluation)
         return Response(GroupOutput(group).data)
 
     @extend_schema(responses={200: SharesOutput})

@@ -5,6 +5,7 @@ a policy saved with ``evaluation`` keeping it with the audit entry as the consol
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from scheduling.evaluations import evaluation_run
 from scheduling.models import PolicyChange, PolicyEvaluation, ResourceGroup
@@ -104,3 +105,17 @@ def test_a_policy_saved_with_its_evaluation_keeps_it_while_the_baseline_holds(
             content_type="application/json")
     assert ResourceGroup.objects.get(pk=resource_group.pk).policy["max_victims"] == 2
     assert PolicyEvaluation.objects.get(pk=second).policy_change is None
+
+
+def test_a_policy_saved_naming_an_evaluation_the_group_does_not_have_is_a_400_and_changes_nothing(
+        ops, resource_group, node_gpu_a, tenant_physics):
+    other = ResourceGroup.objects.create(name="rg-other")
+    theirs = PolicyEvaluation.objects.create(resource_group=other, days=1, since=timezone.now(), until=timezone.now(),
+                                             current_policy={}, candidate_policy=EDITED)
+    before = ResourceGroup.objects.get(pk=resource_group.pk).policy
+    put = f"/api/v1/resource-groups/{resource_group.name}/policy/"
+    for evaluation in (theirs.pk, theirs.pk + 1000):
+        refused = ops.put(put, {"policy": EDITED, "reason": "r", "evaluation": evaluation}, content_type="application/json")
+        assert refused.status_code == 400 and refused.json()["evaluation"] == [
+            f"no evaluation #{evaluation} of {resource_group.name}"]
+    assert ResourceGroup.objects.get(pk=resource_group.pk).policy == before and not PolicyChange.objects.exists()
