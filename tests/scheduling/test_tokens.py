@@ -44,6 +44,18 @@ def test_issue_list_and_revoke_own_tokens(client, tenant_physics, django_user_mo
     assert again.json()["revoked_at"] == revoked.json()["revoked_at"]
 
 
+def test_issuing_takes_no_fields_and_refuses_one_by_name(client, tenant_physics, django_user_model):
+    alice = django_user_model.objects.get(username="alice")
+    first = api_token_issue(user=alice)
+    auth = {"HTTP_AUTHORIZATION": f"Token {first}"}
+    named = client.post("/api/v1/tokens/", {"name": "ci"}, content_type="application/json", **auth)
+    assert named.status_code == 400 and named.json() == {"name": ["unknown field"]}
+    listed = client.post("/api/v1/tokens/", [1], content_type="application/json", **auth)
+    assert listed.status_code == 400 and listed.json() == ["takes no body"]
+    assert ApiToken.objects.filter(user=alice).count() == 1
+    assert client.post("/api/v1/tokens/", {}, content_type="application/json", **auth).status_code == 201
+
+
 def test_another_users_tokens_are_invisible_and_cannot_be_revoked(client, tenant_physics, tenant_chemistry,
                                                                 django_user_model):
     alice = django_user_model.objects.get(username="alice")
