@@ -4,21 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from nodes.actions import agent_token_issue
 from nodes.models import Node
-from scheduling.management.database import require_migrated
+from scheduling.management.database import DatabaseCommand
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Issue an agent token for a node (stored hashed; shown only now)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("node")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        require_migrated()
         node = Node.objects.filter(name=options["node"]).first()
         if node is None:
             raise CommandError(f"no node {options['node']!r}", returncode=2)

@@ -6,14 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from scheduling.actions.tokens import api_token_issue, api_token_revoke
-from scheduling.management.database import require_migrated
+from scheduling.management.database import DatabaseCommand
 from scheduling.models.secrets import PREFIX_LEN
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Issue an API token for a user (stored hashed; shown only now)."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -22,7 +22,6 @@ class Command(BaseCommand):
                             help="revoke the user's tokens instead (only the one starting with PREFIX)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        require_migrated()
         user = get_user_model().objects.filter(username=options["username"]).first()
         if user is None:
             raise CommandError(f"no user {options['username']!r}", returncode=2)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from scheduling import invariants
-from scheduling.management.database import require_migrated
+from scheduling.management.database import DatabaseCommand
 
 
 def _ids(raw: str) -> list[int]:
@@ -24,7 +24,7 @@ def _ids(raw: str) -> list[int]:
                            returncode=2) from None
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Check the invariants of the stored state; exit 1 naming each one violated."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -34,7 +34,6 @@ class Command(BaseCommand):
                             help="allocation ids the API accepted, which must all be stored")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        require_migrated()
         results = invariants.check_all(accepted_ids=_ids(options["accepted"]), grace_s=options["grace_seconds"])
         for name, found in results.items():
             for violation in found:

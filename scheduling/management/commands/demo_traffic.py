@@ -20,10 +20,10 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from scheduling.actions.tokens import api_token_issue, api_token_revoke
-from scheduling.management.database import require_migrated
+from scheduling.management.database import DatabaseCommand
 from scheduling.models import Membership, ResourceGroup
 from scheduling.models.secrets import PREFIX_LEN
 
@@ -42,7 +42,7 @@ class Member:
     token: str
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Submit varied work for the demo tenants through the API, forever or --count times."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -54,7 +54,6 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["interval"] <= 0:
             raise CommandError("--interval must be positive", returncode=2)
-        require_migrated()
         missing = sorted({name for name, _, _ in GROUPS} - set(ResourceGroup.objects.values_list("name", flat=True)))
         if missing:
             raise CommandError(f"no resource group {', '.join(missing)}: run manage.py seed_demo first",

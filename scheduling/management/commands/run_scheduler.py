@@ -11,13 +11,13 @@ import time
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from lattice_site.celery import app
-from scheduling.management.database import require_migrated
+from scheduling.management.database import DatabaseCommand
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Run the sweep and a scheduler pass for every resource group, every few seconds."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -25,7 +25,6 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="one round, then exit")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        require_migrated()
         stop = False
 
         def quit_(*_: Any) -> None:

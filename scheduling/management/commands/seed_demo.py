@@ -7,12 +7,11 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
-from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
 from nodes.models import Node, NodeState
-from scheduling.management.database import require_migrated
+from scheduling.management.database import DatabaseCommand
 from scheduling.models import (
     Allocation,
     AllocationEvent,
@@ -92,15 +91,11 @@ TENANTS = {
 }
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Create (or complete) the demo cluster: resource groups, vClusters, nodes, tenants, users."
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        require_migrated()  # before the transaction, whose start is the first to reach the database
-        self._seed()
-
     @transaction.atomic
-    def _seed(self) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         User = get_user_model()
         operators, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
         operators.permissions.set(Permission.objects.filter(content_type__app_label__in=["scheduling", "nodes"]))
