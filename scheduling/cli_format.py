@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from collections.abc import Callable
 from typing import Any, TextIO
+
+from scheduling.csv_cells import write_rows
 
 
 def score_lines(score: dict) -> list[str]:
@@ -38,9 +39,7 @@ def usage_output(body: dict[str, Any], args: argparse.Namespace, out: TextIO) ->
         return
     fields = [*body["group_by"], "gpu_seconds", "gpu_hours", "node_hours"]
     if args.csv:
-        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(body["rows"])
+        write_rows(out, fields, body["rows"])
         return
     out.write(f"usage from {body['since']} to {body['until']}\n")
     table = [fields] + [[str(r[f]) for f in fields] for r in body["rows"]]

@@ -6,7 +6,6 @@ with ``?format=csv`` or ``Accept: text/csv`` (a download named after the window)
 
 from __future__ import annotations
 
-import csv
 import io
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,6 +22,7 @@ from rest_framework.views import APIView
 
 from scheduling import accounting, usage_series
 from scheduling.api.renderers import JSONRenderer
+from scheduling.csv_cells import write_rows
 from scheduling.models import ResourceGroup, Tenant, VCluster
 from scheduling.permissions import is_operator
 from scheduling.selectors import tenant_ids
@@ -38,10 +38,7 @@ class CSVRenderer(renderers.BaseRenderer):
     def render(self, data: Any, accepted_media_type: str | None = None,
                renderer_context: dict[str, Any] | None = None) -> bytes:
         out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=[*data["group_by"], "gpu_seconds", "gpu_hours", "node_hours"],
-                                lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(data["rows"])
+        write_rows(out, [*data["group_by"], "gpu_seconds", "gpu_hours", "node_hours"], data["rows"])
         return out.getvalue().encode()
 
 

@@ -137,3 +137,23 @@ def test_allocations_beyond_one_querys_parameters_are_read_in_parts(preempted_an
     # The fixture's 2,489.5 s x 8 GPUs on day 0 and 2,110 s on day 1, plus 1,800 s x 2 GPUs on day 0.
     assert sums[(D.date(),)][0] == int((DAY0_SECONDS * 8 + 1800 * 2) * 1_000_000)
     assert sums[((D + timedelta(days=1)).date(),)][0] == DAY1_SECONDS * 8 * 1_000_000
+
+
+@pytest.mark.django_db
+def test_usage_csv_never_gives_a_spreadsheet_a_formula(preempted_and_resumed, api_for):
+    """A username may start with ``-``, ``+`` or ``@``: in the CSV download it is written with a
+    leading apostrophe, so a spreadsheet shows the name and evaluates nothing; numbers stay numbers."""
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.filter(username="alice").update(username="-1+1")
+    client = api_for("-1+1")
+    window = {"since": "2026-02-28T00:00:00Z", "until": "2026-03-04T00:00:00Z", "group_by": "user"}
+    response = client.get("/api/v1/usage/", {**window, "format": "csv"})
+    assert response.status_code == 200
+    header, row = response.content.decode().splitlines()
+    user, gpu_seconds, gpu_hours, node_hours = row.split(",")
+    assert header == "user,gpu_seconds,gpu_hours,node_hours" and user == "'-1+1"
+    # The fixture's 8 GPUs on 2 nodes, over both days: numbers as they are, never quoted.
+    assert int(gpu_seconds) == int((DAY0_SECONDS + DAY1_SECONDS) * 8)
+    assert float(node_hours) == pytest.approx((DAY0_SECONDS + DAY1_SECONDS) * 2 / 3600, abs=1e-5)
+    assert client.get("/api/v1/usage/", window).json()["rows"][0]["user"] == "-1+1"  # JSON is as stored

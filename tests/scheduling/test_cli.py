@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from django.contrib.auth import get_user_model
 
 from nodes.models import Node
 from scheduling.actions.tokens import api_token_issue
@@ -203,6 +204,9 @@ def test_usage_prints_gpu_hours_as_a_table_and_csv(lattice, make_allocation):
     assert code == 0 and out.splitlines() == ["user,gpu_seconds,gpu_hours,node_hours", "alice,7200,2.0,0.5"]
     code, out = lattice("usage", "--tenant", "chemistry")
     assert code == 1
+    get_user_model().objects.filter(username="alice").update(username="@alice")  # a spreadsheet reads @ as a formula
+    code, out = lattice("usage", *window, "--group-by", "user", "--csv")
+    assert code == 0 and out.splitlines()[1] == "'@alice,7200,2.0,0.5"
 
 
 def test_an_array_is_one_line_in_list_and_its_pending_tasks_one_line_in_queue(lattice, resource_group):
