@@ -37,7 +37,13 @@ from scheduling.api.serializers import (
     VerbInput,
 )
 from scheduling.models import Allocation, JobArray
-from scheduling.permissions import CANCEL_MEMBERS_ONLY, IsOperator, is_operator
+from scheduling.permissions import (
+    CANCEL_MEMBERS_ONLY,
+    OWN_WORK_ONLY,
+    IsOperator,
+    is_operator,
+    manages,
+)
 from scheduling.queue_view import position_of
 from scheduling.selectors import (
     allocations_visible,
@@ -57,6 +63,13 @@ def members_only_cancel(request: Request, tenant_id: int) -> None:
     cancels it (the job page offers no cancel to a non-member either)."""
     if tenant_id not in tenant_ids(request.user):
         raise PermissionDenied(CANCEL_MEMBERS_ONLY)
+
+
+def own_or_admin(request: Request, work: Allocation | JobArray, verb: str) -> None:
+    """A member cancels, holds or releases the work they submitted; a tenant's admin any of its work
+    (``permissions.manages``). Operators hold and release as operators, and are not asked this."""
+    if not manages(request.user, work.tenant_id, work.user_id):
+        raise PermissionDenied(OWN_WORK_ONLY.format(verb=verb))
 
 
 def verb_reason(request: Request, default: str) -> tuple[str, bool]:
@@ -111,6 +124,8 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         work, an operator any, with a reason)."""
         alloc = self.get_object()
         reason, operator = verb_reason(request, "held by its tenant")
+        if not operator:
+            own_or_admin(request, alloc, "hold")
         allocation_hold(allocation=alloc, actor=request.user, reason=reason, operator=operator)
         return Response(AllocationOutput(allocations_visible(request.user).get(pk=alloc.pk)).data)
 
@@ -120,6 +135,8 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         """Release a hold (a tenant only its own tenant's holds, not an operator's)."""
         alloc = self.get_object()
         reason, operator = verb_reason(request, "released by its tenant")
+        if not operator:
+            own_or_admin(request, alloc, "release")
         allocation_release_hold(allocation=alloc, actor=request.user, reason=reason, operator=operator)
         return Response(AllocationOutput(allocations_visible(request.user).get(pk=alloc.pk)).data)
 
@@ -138,6 +155,7 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         alloc = self.get_object()
         members_only_cancel(request, alloc.tenant_id)
+        own_or_admin(request, alloc, "cancel")
         allocation_cancel(allocation=alloc, actor=request.user)
         return Response(AllocationOutput(allocations_visible(request.user).get(pk=alloc.pk)).data)
 
@@ -208,6 +226,8 @@ class ArrayViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         if verb == "cancel":
             members_only_cancel(request, array.tenant_id)
         reason, operator = verb_reason(request, f"{verb} of the array by its tenant")
+        if verb == "cancel" or not operator:
+            own_or_admin(request, array, verb)
         outcome = array_apply(array=array, verb=verb, actor=request.user, reason=reason, operator=operator)
         return Response({**ArrayOutput(array).data, **outcome})
 

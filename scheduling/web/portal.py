@@ -34,7 +34,7 @@ from scheduling.models import (
     Tenant,
     VCluster,
 )
-from scheduling.permissions import CANCEL_MEMBERS_ONLY, is_operator
+from scheduling.permissions import CANCEL_MEMBERS_ONLY, OWN_WORK_ONLY, is_operator, manages
 from scheduling.queue_view import in_words, position_of
 from scheduling.selectors import (
     allocations_visible,
@@ -131,6 +131,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         p["own_preemptor"] = p["preemptor"]  # null when another tenant's (preemptor_description says what)
     pending = alloc.state == "pending"
     events = list(events_of(alloc))
+    member = alloc.tenant_id in tenant_ids(request.user)
     return render(request, "jobs/detail.html", {
         "job": alloc, "risk": _risks([alloc])[0], "events": events, "preemptions": preemptions,
         "command": shlex.join(str(arg) for arg in alloc.command or []),  # quoted: argv, not one string
@@ -140,7 +141,8 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "reason": why_waiting(alloc.resource_group, [alloc.pk]).get(alloc.pk) if pending else None,
         "place": in_words(position_of(alloc)) if pending else None,
         "estimate": start_estimate(alloc) if pending else None,
-        "member": alloc.tenant_id in tenant_ids(request.user), "operator": is_operator(request.user),
+        "member": member, "operator": is_operator(request.user),
+        "manages": member and manages(request.user, alloc.tenant_id, alloc.user_id),
         "devices": _devices_of(alloc)})
 
 
@@ -162,6 +164,8 @@ def cancel(request: HttpRequest, pk: int) -> HttpResponse:
         raise Http404("no such allocation")
     if alloc.tenant_id not in tenant_ids(request.user):  # an operator, who sees it: as the API says
         return refusal(request, CANCEL_MEMBERS_ONLY, f"/jobs/{alloc.pk}/", status=403)
+    if not manages(request.user, alloc.tenant_id, alloc.user_id):  # a colleague's: as the API says
+        return refusal(request, OWN_WORK_ONLY.format(verb="cancel"), f"/jobs/{alloc.pk}/", status=403)
     asked = confirmation(request, f"Cancel job #{alloc.pk}? Running work is stopped.", f"/jobs/{alloc.pk}/")
     if asked is not None:
         return asked
@@ -189,6 +193,8 @@ def verb(request: HttpRequest, pk: int, name: str) -> HttpResponse:
         return refusal(request, wrong, f"/jobs/{alloc.pk}/", status=400)
     if operator and not reason:
         return refusal(request, "a reason is required (kept in the audit log)", f"/jobs/{alloc.pk}/", status=400)
+    if not operator and name in VERBS and not manages(request.user, alloc.tenant_id, alloc.user_id):
+        return refusal(request, OWN_WORK_ONLY.format(verb=name), f"/jobs/{alloc.pk}/", status=403)
     try:
         if name == "requeue":
             if not operator:

@@ -76,9 +76,13 @@ def test_an_operator_who_is_a_member_cancels_as_a_member(client, operator, tenan
                                                          vcluster_hpc):
     from scheduling.models import Membership
 
-    Membership.objects.create(user=operator, tenant=tenant_physics)
-    job = _pending(tenant_physics, resource_group, vcluster_hpc)
+    membership = Membership.objects.create(user=operator, tenant=tenant_physics)
+    job = _pending(tenant_physics, resource_group, vcluster_hpc)  # alice's
     client.force_login(operator)
+    response = client.post(f"/api/v1/allocations/{job.pk}/cancel/")  # a plain member: not a colleague's
+    assert response.status_code == 403 and "only the work they submitted" in response.json()["detail"]
+    membership.role = "admin"
+    membership.save()
     response = client.post(f"/api/v1/allocations/{job.pk}/cancel/")
     assert response.status_code == 200 and response.json()["state"] == "cancelled"
 

@@ -401,7 +401,7 @@ def test_without_javascript_a_confirm_page_asks_first_and_nothing_changes_until_
     from nodes.models import Node
     from scheduling.models import Membership, Tenant
 
-    Membership.objects.create(user=operator, tenant=Tenant.objects.get(name="physics"))
+    Membership.objects.create(user=operator, tenant=Tenant.objects.get(name="physics"), role="admin")  # alice's job
     job = make_allocation(state="pending", node_count=1, per_node_gpu=8, vcluster=vcluster_hpc)
     schedule_pass(resource_group.pk)
     client.force_login(operator)
