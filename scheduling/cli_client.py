@@ -52,6 +52,17 @@ def printable(value: Any) -> Any:
     return root[0]
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """The API never redirects. urllib would follow one with every header, the token's too, to any
+    host the answer names (plain HTTP included): the redirect is an error instead (``HTTPError``)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
 class Client:
     """``text``: answers are for the terminal (``printable``); else as the server sent them (the
     ``--json`` output, which escapes controls itself)."""
@@ -68,12 +79,15 @@ class Client:
             **({"Content-Type": "application/json"} if data is not None else {})})
         not_api = f"is {self.base} a Lattice server's API?"
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with _OPENER.open(request, timeout=self.timeout) as response:
                 body = loads(response.read())
                 return printable(body) if self.text else body
         except ValueError:  # an answer that is not JSON (a login portal, another site)
             raise Refused(f"{url} answered, but not JSON: {not_api}") from None
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                raise Refused(f"{url} redirects to {exc.headers.get('Location') or 'nowhere'} ({exc.code}); the "
+                              "token was not sent there: if the server moved, give its URL (--url)") from None
             raise Refused(f"{exc.code}: {error_text(_body(exc), not_api)}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)

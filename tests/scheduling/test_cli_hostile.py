@@ -190,3 +190,31 @@ def test_text_from_the_server_reaches_the_terminal_with_its_controls_escaped(tok
         raw = io.StringIO()
         assert main(["--url", url, "--json", *argv], out=raw) == 0
     assert FORGED in raw.getvalue().encode().decode("unicode_escape")
+
+
+@pytest.mark.parametrize("status", ["301 Moved Permanently", "302 Found", "303 See Other",
+                                    "307 Temporary Redirect", "308 Permanent Redirect"])
+def test_a_redirect_is_exit_1_naming_it_and_the_token_goes_nowhere_else(token, capsys, status):
+    """The API never redirects; following one would send the token (its Authorization header) to
+    whatever host the answer names, plain HTTP included."""
+    heard: list[bytes] = []
+    elsewhere = socket.create_server(("127.0.0.1", 0))
+
+    def listen() -> None:
+        try:
+            conn, _ = elsewhere.accept()
+        except OSError:
+            return
+        with conn:
+            heard.append(conn.recv(65536))
+
+    threading.Thread(target=listen, daemon=True).start()
+    target = f"http://localhost:{elsewhere.getsockname()[1]}/api/v1/allocations/"
+    try:
+        for url in _raw_server(_http(status, b"", f"Location: {target}")):
+            assert main(["--url", url, "list"], out=io.StringIO()) == 1
+    finally:
+        elsewhere.close()
+    err = _one_line_error(capsys)
+    assert f"redirects to {target}" in err and "--url" in err, err
+    assert heard == [], heard
