@@ -75,3 +75,24 @@ def test_simulate_api_is_for_operators_only(client, tenant_physics, django_user_
     assert client.post("/api/v1/simulate/", {}, content_type="application/json").status_code == 403
     client.logout()
     assert client.post("/api/v1/simulate/", {}, content_type="application/json").status_code == 401
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    pytest.param(b"\xff\xfe{}", "not UTF-8", id="not-utf8"),
+    pytest.param(b"[" * 100_000, "nested too deeply", id="nested"),
+])
+@pytest.mark.parametrize("from_stdin", [False, True], ids=["file", "stdin"])
+def test_a_file_that_is_not_utf8_or_nested_past_the_parser_is_exit_2_in_one_line(tmp_path, monkeypatch, content,
+                                                                                  said, from_stdin):
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    path = tmp_path / "scenario.json"
+    path.write_bytes(content)
+    if from_stdin:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(content), encoding="utf-8"))
+    with pytest.raises(CommandError) as raised:
+        call_command("simulate", "-" if from_stdin else str(path))
+    assert raised.value.returncode == 2
+    assert said in str(raised.value) and "\n" not in str(raised.value)

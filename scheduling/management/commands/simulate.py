@@ -38,10 +38,14 @@ class Command(BaseCommand):
                     text = fh.read()
         except OSError as exc:
             raise CommandError(f"{path}: {exc.strerror}", returncode=2) from None
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})", returncode=2) from None
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
             raise CommandError(f"{path}: not valid JSON: {exc}", returncode=2) from None
+        except RecursionError:  # json's decoder recurses once per level of nesting
+            raise CommandError(f"{path}: nested too deeply to be read", returncode=2) from None
         doc = unwrap_scenario_file(doc)
         try:
             scenario = parse_scenario(doc)
