@@ -13,6 +13,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from scheduling import invariants
+from scheduling.management.arguments import seconds
 from scheduling.management.database import DatabaseCommand
 
 
@@ -28,7 +29,7 @@ class Command(DatabaseCommand):
     help = "Check the invariants of the stored state; exit 1 naming each one violated."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--grace-seconds", type=float, default=invariants.DEFAULT_DEADLINE_GRACE_S,
+        parser.add_argument("--grace-seconds", type=seconds(positive=False), default=invariants.DEFAULT_DEADLINE_GRACE_S,
                             help="how far past its deadline a leaving allocation may be (a sweep's time)")
         parser.add_argument("--accepted", default="",
                             help="allocation ids the API accepted, which must all be stored")

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.management.base import CommandParser
 
 from lattice_site.celery import app
+from scheduling.management.arguments import seconds
 from scheduling.management.database import DatabaseCommand
 
 
@@ -21,7 +22,7 @@ class Command(DatabaseCommand):
     help = "Run the sweep and a scheduler pass for every resource group, every few seconds."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--interval", type=float, default=2.0)
+        parser.add_argument("--interval", type=seconds(positive=True), default=2.0)
         parser.add_argument("--once", action="store_true", help="one round, then exit")
 
     def handle(self, *args: Any, **options: Any) -> None:
