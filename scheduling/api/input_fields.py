@@ -19,7 +19,23 @@ from django.utils.encoding import smart_str
 from rest_framework import serializers
 
 from scheduling.admission_sql import group_named
+from scheduling.ids import MAX_ID, row_id
 from scheduling.models import ResourceGroup
+
+
+class RowById(serializers.PrimaryKeyRelatedField):
+    """A row by its id: a JSON integer (not a boolean) or its ASCII digits. DRF's own field reads
+    a float as the id it rounds down to (``8.9`` named row 8) and one past any integer (``1e400``)
+    was an OverflowError, a 500."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, str) and (pk := row_id(data)) is not None:
+            data = pk
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("incorrect_type", data_type=type(data).__name__)
+        if not 0 < data <= MAX_ID:
+            self.fail("does_not_exist", pk_value=data)
+        return super().to_internal_value(data)
 
 
 class GroupByName(serializers.SlugRelatedField):

@@ -30,6 +30,7 @@ from scheduling.actions.overrides import (
 )
 from scheduling.actions.policies import config_save, snapshot
 from scheduling.api.filters import AuditFilter
+from scheduling.api.input_fields import RowById
 from scheduling.api.pagination import NewestFirst, OldestFirst
 from scheduling.api.serializers import ReasonInput, RefuseUnknown
 from scheduling.ascii_numbers import ASCII_INPUTS, IntegerInput
@@ -278,7 +279,7 @@ class ResourceGroupViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class ProtectInput(ReasonInput):
-    allocation = serializers.PrimaryKeyRelatedField(queryset=Allocation.objects.all())
+    allocation = RowById(queryset=Allocation.objects.all())
     until = serializers.DateTimeField(help_text="A time to come.")
 
     def validate_until(self, until: datetime) -> datetime:
@@ -289,7 +290,7 @@ class ProtectInput(ReasonInput):
 
 
 class ForcePreemptInput(ReasonInput):
-    allocation = serializers.PrimaryKeyRelatedField(queryset=Allocation.objects.all())
+    allocation = RowById(queryset=Allocation.objects.all())
 
 
 class PauseInput(ReasonInput):

@@ -338,3 +338,31 @@ def test_a_body_nested_past_what_can_be_walked_or_decoded_is_a_400(alice, depth)
     response = alice.post("/api/v1/allocations/", body, content_type="application/json")
     assert response.status_code == 400, response.content[:200]
     assert not Allocation.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["/api/v1/overrides/protect/", "/api/v1/overrides/force-preempt/"])
+@pytest.mark.parametrize("allocation", ["{pk}.5", "{pk}.0", "1e400", "-1e400", "true", "[{pk}]", "{{\"id\": {pk}}}"])
+def test_an_allocation_that_is_not_an_integer_id_is_a_field_error_and_changes_nothing(ops, make_allocation, path,
+                                                                                      allocation):
+    """``1e400`` (a float past any) was a 500, and a fraction named the allocation it rounds down
+    to: ``8.9`` protected or preempted allocation 8, audited as the operator's."""
+    from scheduling.models import PolicyChange
+
+    target = make_allocation(state="running", node_count=1, per_node_gpu=8)
+    until = '"until": "2999-01-01T00:00:00Z", ' if path.endswith("/protect/") else ""
+    body = f'{{"reason": "r", {until}"allocation": {allocation.format(pk=target.pk)}}}'
+    response = ops.post(path, body, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["allocation"]
+    target.refresh_from_db()
+    assert (target.state, target.protected_until) == ("running", None)
+    assert not PolicyChange.objects.exists()
+
+
+@pytest.mark.parametrize("allocation", ["{pk}", "\"{pk}\""])
+def test_an_allocation_id_as_a_number_or_its_digits_is_taken(ops, make_allocation, allocation):
+    target = make_allocation(state="running", node_count=1, per_node_gpu=8)
+    body = f'{{"reason": "r", "until": "2999-01-01T00:00:00Z", "allocation": {allocation.format(pk=target.pk)}}}'
+    response = ops.post("/api/v1/overrides/protect/", body, content_type="application/json")
+    assert response.status_code == 200, response.content
+    assert response.json()["allocation"] == target.pk
