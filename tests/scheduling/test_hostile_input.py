@@ -366,3 +366,27 @@ def test_an_allocation_id_as_a_number_or_its_digits_is_taken(ops, make_allocatio
     response = ops.post("/api/v1/overrides/protect/", body, content_type="application/json")
     assert response.status_code == 200, response.content
     assert response.json()["allocation"] == target.pk
+
+
+@pytest.mark.parametrize(("body", "key"), [
+    ('{"nodes": 1, "nodes": 2}', "nodes"),
+    ('{"per_node": {"gpu": 1, "gpu": 8}}', "gpu"),
+    ('{"env": {"A": "1", "B": "2", "A": "3"}}', "A"),
+])
+@pytest.mark.parametrize("path", ["/api/v1/allocations/", "/api/v1/allocations/what-if/"])
+def test_a_key_given_twice_in_one_object_is_a_400_naming_it(alice, path, body, key):
+    """JSON keeps a repeated key's last value without a word, so the request meant whatever its
+    last copy said while anything that read the first (a proxy, a log, a reviewer) saw another."""
+    import json
+
+    fields = json.dumps({k: v for k, v in JOB.items() if k not in ("nodes", "per_node")})
+    response = alice.post(path, fields[:-1] + ", " + body[1:], content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert f"the key '{key}' is given more than once" in response.json()["detail"]
+    assert not Allocation.objects.exists()
+
+
+def test_a_body_whose_keys_are_each_given_once_is_read_as_before(alice):
+    response = alice.post("/api/v1/allocations/", {**JOB, "env": {"A": "1"}}, content_type="application/json")
+    assert response.status_code == 201, response.content
+    assert Allocation.objects.get().env == {"A": "1"}
