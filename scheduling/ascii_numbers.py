@@ -3,7 +3,8 @@
 digit, so "١" (Arabic-Indic one) or "１" (fullwidth) was taken as 1 and "١.٥" as 1.5; here such
 text is refused as not a number. Every form and serializer that takes a number from a user uses
 these; model forms get ``IntegerField`` through ``model_formfield`` (the admin through
-``ADMIN_OVERRIDES``)."""
+``ADMIN_OVERRIDES``). The same two hooks give JSON boxes ``JSONFormField``: Django's reads text
+nested past what ``json`` follows as a RecursionError, a 500."""
 
 from __future__ import annotations
 
@@ -46,6 +47,24 @@ class FloatField(_AsciiFormField, forms.FloatField):
     """``forms.FloatField`` reading ASCII digits only."""
 
 
+class JSONFormField(forms.JSONField):
+    """``forms.JSONField`` refusing text nested past what ``json`` follows as it refuses text that
+    is not JSON (``invalid``), when cleaned and when the form is shown again with its errors."""
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            return super().to_python(value)
+        except RecursionError:
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid",
+                                        params={"value": "(nested too deeply)"}) from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:
+            return forms.fields.InvalidJSONInput(data)
+
+
 class IntegerInput(_AsciiInput, serializers.IntegerField):
     """``serializers.IntegerField`` reading ASCII digits only."""
 
@@ -60,6 +79,8 @@ def model_formfield(field: models.Field, **kwargs: Any) -> forms.Field | None:
         kwargs.setdefault("form_class", IntegerField)
     elif isinstance(field, models.FloatField):
         kwargs.setdefault("form_class", FloatField)
+    elif isinstance(field, models.JSONField):
+        kwargs.setdefault("form_class", JSONFormField)
     return field.formfield(**kwargs)  # type: ignore[no-any-return]
 
 
@@ -68,6 +89,7 @@ ADMIN_OVERRIDES: dict[type[models.Field], dict[str, Any]] = {
     models.IntegerField: {"form_class": IntegerField},
     models.BigIntegerField: {"form_class": IntegerField},
     models.FloatField: {"form_class": FloatField},
+    models.JSONField: {"form_class": JSONFormField},
 }
 
 

@@ -128,3 +128,40 @@ def test_the_submit_form_takes_the_tenant_s_default_group_when_none_is_chosen(
     tenant_physics.quota.save()
     assert client.post("/jobs/new/", form).status_code == 302
     assert Allocation.objects.get().resource_group == resource_group
+
+
+NESTED = "[" * 100_000  # past what json follows: a RecursionError, not a JSONDecodeError
+
+
+@pytest.mark.parametrize(("kind", "field"), [("vclusters", "weights"), ("session-types", "preempts")])
+@pytest.mark.parametrize("action", ["preview", "save"])
+def test_a_json_box_nested_past_the_parser_is_a_field_error_and_changes_nothing(client, operator, resource_group,
+                                                                                vcluster_hpc, kind, field, action):
+    from scheduling.models import SessionType
+
+    row = vcluster_hpc if kind == "vclusters" else SessionType.objects.create(resource_group=resource_group,
+                                                                              name="batch")
+    before = getattr(row, field)
+    client.force_login(operator)
+    response = client.post(f"/ops/groups/{resource_group.name}/{kind}/{row.pk}/",
+                           {field: NESTED, "reason": "deep", "action": action})
+    assert response.status_code == 200
+    assert "Enter a valid JSON." in response.content.decode()
+    row.refresh_from_db()
+    assert getattr(row, field) == before and not PolicyChange.objects.exists()
+
+
+@pytest.mark.parametrize(("model_name", "field"), [("VCluster", "weights"), ("SessionType", "preempts"),
+                                                   ("ResourceGroup", "policy"), ("Node", "labels")])
+def test_the_admin_s_json_boxes_refuse_text_nested_past_the_parser(model_name, field):
+    from django import forms
+    from django.apps import apps
+    from django.contrib import admin
+
+    model = next(m for m in apps.get_models() if m.__name__ == model_name)
+    box = admin.site._registry[model].formfield_for_dbfield(model._meta.get_field(field), request=None)
+    if box is None or not isinstance(box, forms.JSONField):
+        pytest.skip(f"the admin shows no JSON box for {model_name}.{field}")
+    with pytest.raises(forms.ValidationError):
+        box.clean(NESTED)
+    assert box.bound_data(NESTED, None) == NESTED  # the form shown again with its error
