@@ -1,9 +1,9 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, register_converter
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
 
-from lattice_site.redoc import REDOC_DIST, redoc_bundle
+from lattice_site.redoc import REDOC_DIST, RedocView, SwaggerView, redoc_bundle
 from nodes import views as node_views
 from scheduling import views
 from scheduling.metrics import metrics_view
@@ -57,8 +57,8 @@ urlpatterns = [
     path("jobs/<int:pk>/<job_verb:name>/", portal.verb, name="job-verb"),
     path("api/v1/", include("scheduling.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    path("api/docs/", SwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/redoc/", RedocView.as_view(url_name="schema"), name="api-redoc"),
     path(f"{REDOC_DIST.strip('/')}/bundles/redoc.standalone.js", redoc_bundle, name="api-redoc-bundle"),
 ]
 
