@@ -51,6 +51,7 @@ from scheduling.cli_format import (
     usage_output,
 )
 from scheduling.ids import decimal, row_id
+from scheduling.json_keys import unique_keys
 from scheduling.queue_terms import term_words
 from scheduling.version import version
 
@@ -83,7 +84,7 @@ def job_document(args: argparse.Namespace) -> dict[str, Any]:
     if args.file:
         text = cli_config.read_text(args.file, "the job file", JOB_FILE_LIMIT)
         try:
-            doc = loads(text, parse_constant=_no_constant, parse_float=finite)
+            doc = loads(text, parse_constant=_no_constant, parse_float=finite, object_pairs_hook=unique_keys)
         except ValueError as exc:
             raise Usage(f"{args.file} is not JSON: {exc}") from None
         if not isinstance(doc, dict):

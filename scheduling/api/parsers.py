@@ -15,6 +15,7 @@ from rest_framework.parsers import get_encoding
 from rest_framework.utils import json
 
 from lattice_site.middleware import NUL, NUL_MESSAGE
+from scheduling.json_keys import unique_keys
 from scheduling.texts import lone_surrogate, texts
 
 SURROGATE_MESSAGE = "must not contain a lone surrogate (\\ud800 to \\udfff): it is no character"
@@ -48,25 +49,13 @@ def refuse_unusable(data: Any) -> None:
         raise ValidationError({"non_field_errors": [p]})
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object of the body as a dict, refusing a key given twice: json keeps the last silently,
-    so ``{"nodes": 1, "nodes": 64}`` meant whatever the last said, while a proxy, a log or a
-    reviewer may have read the first."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise ValueError(f"the key {_shown(key)!r} is given more than once in one object")
-    return obj
-
-
 class JSONParser(parsers.JSONParser):
     def parse(self, stream: Any, media_type: str | None = None,
               parser_context: dict[str, Any] | None = None) -> Any:
         encoding = get_encoding(parser_context or {})
         try:
             data = json.load(codecs.getreader(encoding)(stream), parse_constant=json.strict_constant,
-                             object_pairs_hook=_unique_keys)
+                             object_pairs_hook=unique_keys)
         except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
         except RecursionError:  # json's decoder recurses once per level of nesting

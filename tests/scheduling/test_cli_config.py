@@ -174,3 +174,15 @@ def test_json_of_another_shape_is_exit_1_saying_so_not_a_traceback(other_json, c
     err = capsys.readouterr().err
     assert err.startswith("lattice: the server's answer is not what this client reads")
     assert other_json in err
+
+
+@pytest.mark.parametrize("text", ['{"resource_group": "rg-main", "nodes": 1, "nodes": 64, "per_node": {"gpu": 1}}',
+                                  '{"resource_group": "rg-main", "per_node": {"gpu": 1, "gpu": 8}}'])
+def test_a_job_file_giving_a_key_twice_is_exit_2_naming_it(tmp_path, capsys, monkeypatch, text):
+    """The CLI sends the file decoded and encoded again, so the API never saw the repeat: the job
+    would have asked for whatever the key's last copy said, without a word."""
+    monkeypatch.setenv("LATTICE_TOKEN", "lat_" + "x" * 40)
+    job = tmp_path / "job.json"
+    job.write_text(text)
+    assert main(["--url", NOWHERE, "submit", "--file", str(job), "--", "true"], out=io.StringIO()) == 2
+    assert "is given more than once" in capsys.readouterr().err
