@@ -201,9 +201,10 @@ def _id_of(text: str | bytes) -> str | None:
 
 def is_allocation_id(value: object) -> bool:
     """An allocation's id as the control plane sends it: ASCII digits of a 64-bit integer (not
-    merely ``str.isdigit()``, which "²" passes and ``int()`` then refuses)."""
+    merely ``str.isdigit()``, which "²" passes and ``int()`` then refuses), with no leading zero
+    (ids start at 1, and "0003" would be read as 3 while naming something else)."""
     return (isinstance(value, str) and 0 < len(value) <= 19 and value.isascii() and value.isdigit()
-            and int(value) <= MAX_ALLOCATION_ID)
+            and value[0] != "0" and int(value) <= MAX_ALLOCATION_ID)
 
 
 def _holds_nul(raw: Any, text: str | bytes) -> bool:

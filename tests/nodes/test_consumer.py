@@ -207,6 +207,8 @@ def test_frames_are_handled_without_a_hop_to_the_shared_sync_thread(agent_node, 
     json.dumps({"type": "exited", "id": "x", "allocation": "²", "exit_code": 0, "reason": "completed"}),
     json.dumps({"type": "started", "id": "x", "allocation": "１２", "pid": 1}),
     json.dumps({"type": "started", "id": "x", "allocation": "9" * 20, "pid": 1}),  # past a bigint
+    json.dumps({"type": "started", "id": "x", "allocation": "0003", "pid": 1}),  # as sent: no leading zero
+    json.dumps({"type": "heartbeat", "id": "x", "seq": 7, "running": ["0"]}),
     json.dumps({"type": "heartbeat", "id": "x", "seq": 7, "running": ["²"]}),
     json.dumps({"type": "hello", "id": "x", "agent_version": "1", "capacity": {}, "labels": {},
                 "running": [{"allocation": "²"}]}),
