@@ -177,31 +177,40 @@ def insert(obj: M) -> M:
 
 
 @functools.cache
-def _submitted_sql(vendor: str) -> str:
-    """The allocation's INSERT as a CTE, its first event's INSERT taking the new id from it."""
+def _submitted_sql(vendor: str, states: int) -> str:
+    """The allocation's INSERT as a CTE, its first event's INSERT taking the new id from it, and
+    the tenant's usage (``_usage_sql``) read beside them: every part of one statement reads the
+    same snapshot, taken when it starts, so the usage is that before this row."""
     alloc_sql, _ = _insert_sql(Allocation, vendor)
-    _, fields = _insert_sql(AllocationEvent, vendor)
-    a = quote("a")
+    event_sql, fields = _insert_sql(AllocationEvent, vendor)
+    a, e, u = quote("a"), quote("e"), quote("u")
     values = ", ".join(f"(SELECT {quote('id')} FROM {a})" if f.attname == "allocation_id" else "%s" for f in fields)
-    return (f"WITH {a} AS ({alloc_sql}) INSERT INTO {table(AllocationEvent)} "
-            f"({', '.join(quote(f.column) for f in fields)}) VALUES ({values}) RETURNING {quote('id')}, "
-            f"{quote('allocation_id')}")
+    event_sql = (f"INSERT INTO {table(AllocationEvent)} ({', '.join(quote(f.column) for f in fields)}) "
+                 f"VALUES ({values}) RETURNING {quote('id')}, {quote('allocation_id')}")
+    return (f"WITH {u} AS ({_usage_sql(vendor, states)}), {a} AS ({alloc_sql}), {e} AS ({event_sql}) "
+            f"SELECT {e}.*, {u}.* FROM {e} CROSS JOIN {u}")
 
 
-def insert_submitted(alloc: Allocation, event: AllocationEvent) -> None:
+def insert_submitted(alloc: Allocation, event: AllocationEvent, states: Sequence[str]) -> tuple[int, int, int]:
     """``insert`` of a new allocation and then of its first event (``event.allocation`` set to
-    it): on PostgreSQL in one statement, one round trip fewer for every submission."""
+    it); returns ``usage_row`` of the allocation's tenant in ``states`` as it was before this row.
+    On PostgreSQL all in one statement: two round trips fewer for every submission. The caller
+    holds the tenant's quota row locked, so the usage read here is current (no other submission
+    of the tenant can commit meanwhile), and a check against it that fails rolls the row back."""
     if connection.vendor != "postgresql":
+        before = usage_row(alloc.tenant_id, states)
         insert(alloc)
         event.allocation = alloc
         insert(event)
-        return
+        return before
     _, alloc_fields = _insert_sql(Allocation, connection.vendor)
     _, event_fields = _insert_sql(AllocationEvent, connection.vendor)
-    params = [f.get_db_prep_save(f.pre_save(alloc, True), connection) for f in alloc_fields]
+    params: list[Any] = [alloc.tenant_id, *states]
+    params += [f.get_db_prep_save(f.pre_save(alloc, True), connection) for f in alloc_fields]
     params += [f.get_db_prep_save(f.pre_save(event, True), connection) for f in event_fields
                if f.attname != "allocation_id"]
-    event.pk, alloc.pk = fetch(_submitted_sql(connection.vendor), params)[0]
+    event.pk, alloc.pk, n, nodes, gpus = fetch(_submitted_sql(connection.vendor, len(states)), params)[0]
     event.allocation = alloc
     for obj in (alloc, event):
         obj._state.adding, obj._state.db = False, connection.alias
+    return int(n or 0), int(nodes or 0), int(gpus or 0)

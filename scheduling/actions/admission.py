@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling.actions.allocations import allocation_transition
-from scheduling.actions.quotas import check_quota, tenant_usage
+from scheduling.actions.quotas import ACTIVE, Usage, check_quota, tenant_usage
 from scheduling.actions.release import allocation_release, give_back_borrowed
 from scheduling.admission_sql import insert_submitted, memberships, quota_locked
 from scheduling.dispatch import event_on_commit
@@ -79,12 +79,14 @@ def allocation_submit(*, user: AbstractBaseUser, tenant: Tenant, group: Resource
         quota = quota_locked(tenant.pk)
         if quota is None:
             raise Conflict("the tenant has no quota; ask an operator", field="tenant")
-        check_quota(quota, tenant_usage(tenant), nodes=nodes, gpus=gpus)
-        # The row and its first event written as save() would, by one statement written once.
+        # The row and its first event written as save() would, by one statement written once that
+        # also reads the tenant's usage before them (under the quota's lock, so no other
+        # submission of the tenant commits meanwhile). Past the quota, the refusal rolls them back.
         alloc = Allocation(resource_group=group, tenant=tenant, user=user, submitted_at=timezone.now(),
                            state=State.PENDING, **fields)
-        insert_submitted(alloc, AllocationEvent(from_state="", to_state=State.PENDING, reason="submitted",
-                                                actor=user))
+        before = insert_submitted(alloc, AllocationEvent(from_state="", to_state=State.PENDING, reason="submitted",
+                                                         actor=user), ACTIVE)
+        check_quota(quota, Usage(*before), nodes=nodes, gpus=gpus)
         event_and_pass_on_commit("allocation.submitted", {"allocation": alloc.pk, "state": alloc.state}, tenant.pk,
                                  group.pk)
     return alloc

@@ -201,7 +201,7 @@ def test_an_allocation_and_its_first_event_inserted_together_store_what_save_wou
                                                  reason="submitted", actor=user)
     alloc, event = Allocation(**fields), AllocationEvent(from_state="", to_state="pending", reason="submitted",
                                                          actor=user)
-    admission_sql.insert_submitted(alloc, event)
+    admission_sql.insert_submitted(alloc, event, ACTIVE)
     assert alloc.pk not in (None, saved.pk) and event.allocation_id == alloc.pk and event.pk != saved_event.pk
     a, b = (_columns(Allocation.objects.get(pk=pk)) for pk in (saved.pk, alloc.pk))
     assert {k: v for k, v in a.items() if k != "id"} == {k: v for k, v in b.items() if k != "id"}
@@ -210,3 +210,20 @@ def test_an_allocation_and_its_first_event_inserted_together_store_what_save_wou
     assert {k: v for k, v in model_to_dict(stored).items() if k not in ("id", "allocation")} == \
         {k: v for k, v in model_to_dict(saved_event).items() if k not in ("id", "allocation")}
     assert not alloc._state.adding and not event._state.adding
+
+
+@pytest.mark.parametrize("states", [ACTIVE, ["running"]])
+def test_the_insert_returns_the_tenant_s_usage_before_its_row(make_allocation, resource_group, tenant_physics,
+                                                              tenant_chemistry, states):
+    for tenant, state, nodes, gpu in [(tenant_physics, "pending", 2, 4), (tenant_physics, "running", 1, 8),
+                                      (tenant_physics, "completed", 3, 8), (tenant_chemistry, "running", 4, 2)]:
+        make_allocation(tenant=tenant, state=state, node_count=nodes, per_node_gpu=gpu)
+    usage = tenant_usage(tenant_physics, states)
+    user = tenant_physics.memberships.first().user
+    alloc = Allocation(resource_group=resource_group, tenant=tenant_physics, user=user, submitted_at=timezone.now(),
+                       state="running", node_count=5, per_node_gpu=3, command=["true"])
+    before = admission_sql.insert_submitted(alloc, AllocationEvent(from_state="", to_state="pending", actor=user),
+                                            states)
+    assert before == (usage.allocations, usage.nodes, usage.gpus) != (0, 0, 0)  # this row not counted
+    after = tenant_usage(tenant_physics, states)
+    assert (after.allocations, after.nodes, after.gpus) == (before[0] + 1, before[1] + 5, before[2] + 15)

@@ -7,7 +7,7 @@ import io
 import pytest
 from django.core.management import call_command
 
-from scheduling.models import Allocation, ApiToken
+from scheduling.models import Allocation, AllocationEvent, ApiToken
 from scheduling.passes.run import schedule_pass
 
 pytestmark = pytest.mark.django_db
@@ -77,6 +77,7 @@ def test_quota_exceeded_is_409_naming_current_requested_and_limit(api_for, tenan
     expected = {"error": "quota_exceeded", "quota": "max_gpus", "current": 8, "requested": 8, "limit": 12}
     assert {k: response.json()[k] for k in expected} == expected
     assert Allocation.objects.count() == 1
+    assert AllocationEvent.objects.count() == 1  # the refused one's row and event rolled back together
 
 
 def test_what_if_answers_a_request_past_the_hard_quota_as_its_submission_would(api_for, tenant_physics, two_nodes):
