@@ -27,6 +27,7 @@ from scheduling.models import (
 )
 from scheduling.models.allocations import RESOURCES
 from scheduling.models.rows import M, fetch, load, quote, select_list, table, width
+from scheduling.models.tenancy import membership_row
 
 # -- the resource group named ------------------------------------------------------------------
 
@@ -58,17 +59,16 @@ def memberships(user_id: Any, tenant_name: str | None) -> list[Membership]:
     """At most two of the user's memberships (of the tenant named, if one is), each with its tenant
     and the tenant's quota (None if it has none) read with it, as ``select_related`` leaves them."""
     params = [user_id, tenant_name] if tenant_name else [user_id]
-    a, b = width(Membership), width(Membership) + width(Tenant)
-    out = []
-    for row in fetch(_membership_sql(connection.vendor, bool(tenant_name)), params):
-        membership, tenant = load(Membership, row[:a]), load(Tenant, row[a:b])
-        quota = load(Quota, row[b:]) if row[b] is not None else None
-        if quota is not None:
-            Quota._meta.get_field("tenant").set_cached_value(quota, tenant)
-        Tenant._meta.get_field("quota").set_cached_value(tenant, quota)  # type: ignore[union-attr]
-        Membership._meta.get_field("tenant").set_cached_value(membership, tenant)
-        out.append(membership)
-    return out
+    return [membership_row(row) for row in fetch(_membership_sql(connection.vendor, bool(tenant_name)), params)]
+
+
+def memberships_of_rows(rows: Sequence[Sequence[Any]], tenant_name: str | None) -> list[Membership]:
+    """``memberships`` from the rows of every membership of the user read with its API token
+    (``ApiToken.user_for``), without a query: the same memberships, tenants and quotas."""
+    if tenant_name:
+        name_at = width(Membership) + [f.attname for f in Tenant._meta.concrete_fields].index("name")
+        rows = [row for row in rows if row[name_at] == tenant_name]
+    return [membership_row(row) for row in rows[:2]]
 
 
 # -- the vCluster asked for, and whether the tenant may use it ---------------------------------

@@ -11,7 +11,12 @@ from django.utils import timezone
 from scheduling.actions.allocations import allocation_transition
 from scheduling.actions.quotas import ACTIVE, Usage, check_quota, tenant_usage
 from scheduling.actions.release import allocation_release, give_back_borrowed
-from scheduling.admission_sql import insert_submitted, memberships, quota_locked
+from scheduling.admission_sql import (
+    insert_submitted,
+    memberships,
+    memberships_of_rows,
+    quota_locked,
+)
 from scheduling.dispatch import event_on_commit
 from scheduling.errors import Conflict, DomainError
 from scheduling.models import (
@@ -34,8 +39,10 @@ def tenant_for(user: AbstractBaseUser, tenant_name: str | None = None) -> Tenant
 
 def membership_for(user: AbstractBaseUser, tenant_name: str | None = None) -> Membership:
     """The user's membership of the tenant it names (or of its only tenant), with the tenant and
-    its quota read in the same query (a submission needs all three)."""
-    found = memberships(user.pk, tenant_name)
+    its quota read in the same query (a submission needs all three), or with the user's API token
+    when the request was authenticated by one (``ApiToken.user_for``)."""
+    rows = getattr(user, "_lattice_membership_rows", None)
+    found = memberships(user.pk, tenant_name) if rows is None else memberships_of_rows(rows, tenant_name)
     if not found:
         raise DomainError("you are not a member of that tenant" if tenant_name else "you belong to no tenant",
                           field="tenant")

@@ -233,13 +233,36 @@ class TenantShare(models.Model):
 @functools.cache
 def _token_sql(token_model: type[models.Model], user_model: type[models.Model], vendor: str) -> str:
     """The user's columns by name, not u.*: a prepared statement must keep its result's shape when
-    a migration adds a column while the servers run."""
+    a migration adds a column while the servers run. Each of the user's memberships comes with its
+    tenant and the tenant's quota (``membership_row``), as a submission reads them next."""
     q = quote
     user_pk = q(user_model._meta.pk.column)  # type: ignore[union-attr]
     return (f"SELECT {select_list(user_model, 'u')}, t.{q('id')}, t.{q('digest')}, t.{q('created_at')}, "
-            f"m.{q('tenant_id')} FROM {table(token_model)} t JOIN {table(user_model)} u ON u.{user_pk} = t.{q('user_id')} "
+            f"{select_list(Membership, 'm')}, {select_list(Tenant, 'mt')}, {select_list(Quota, 'mq')} "
+            f"FROM {table(token_model)} t JOIN {table(user_model)} u ON u.{user_pk} = t.{q('user_id')} "
             f"LEFT JOIN {table(Membership)} m ON m.{q('user_id')} = u.{user_pk} "
+            f"LEFT JOIN {table(Tenant)} mt ON mt.{q('id')} = m.{q('tenant_id')} "
+            f"LEFT JOIN {table(Quota)} mq ON mq.{q('tenant_id')} = mt.{q('id')} "
             f"WHERE t.{q('prefix')} = %s AND t.{q('revoked_at')} IS NULL")
+
+
+@functools.cache
+def _membership_tenant_at() -> int:
+    return [f.attname for f in Membership._meta.concrete_fields].index("tenant_id")
+
+
+def membership_row(row: Any) -> Membership:
+    """A membership from its columns, its tenant's and its quota's (all None: the tenant has no
+    quota) as ``_token_sql`` and ``admission_sql.memberships`` read them: the tenant and the quota
+    cached on it as ``select_related`` leaves them."""
+    a, b = width(Membership), width(Membership) + width(Tenant)
+    membership, tenant = load(Membership, row[:a]), load(Tenant, row[a:b])
+    quota = load(Quota, row[b:]) if row[b] is not None else None
+    if quota is not None:
+        Quota._meta.get_field("tenant").set_cached_value(quota, tenant)
+    Tenant._meta.get_field("quota").set_cached_value(tenant, quota)  # type: ignore[attr-defined]
+    Membership._meta.get_field("tenant").set_cached_value(membership, tenant)
+    return membership
 
 
 class ApiToken(HashedToken):
@@ -266,16 +289,18 @@ class ApiToken(HashedToken):
         User = get_user_model()
         n = width(User)
         found: tuple[Any, ApiToken] | None = None
-        tenants: list[int] = []
+        rows: list[tuple[Any, ...]] = []
         for row in fetch(_token_sql(cls, User, connection.vendor), [token[:PREFIX_LEN]]):
-            token_id, digest, created_at, member_of = row[n:]
+            token_id, digest, created_at = row[n:n + 3]
             if cls.matches(digest, token):
                 if found is None:
                     user = load(User, row[:n])
                     found = user, cls(id=token_id, prefix=token[:PREFIX_LEN], digest=digest, created_at=created_at,
                                       user=user)
-                if member_of is not None:
-                    tenants.append(member_of)
+                if row[n + 3] is not None:  # a membership (none: the user belongs to no tenant)
+                    rows.append(row[n + 3:])
         if found is None or not found[0].is_active:
             return None
-        return found[0], found[1], tenants
+        found[0]._lattice_membership_rows = rows  # (admission's membership_for reads them: no query)
+        at = _membership_tenant_at()
+        return found[0], found[1], [row[at] for row in rows]

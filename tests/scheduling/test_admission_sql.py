@@ -18,6 +18,7 @@ from scheduling.api.serializers import AllocationInput
 from scheduling.models import (
     Allocation,
     AllocationEvent,
+    ApiToken,
     Membership,
     Quota,
     ResourceGroup,
@@ -61,6 +62,44 @@ def test_memberships_are_the_orm_s_with_tenant_and_quota(second_membership, name
             assert _columns(quota) == _columns(expected_quota)
     with pytest.raises(Tenant.quota.RelatedObjectDoesNotExist):  # as select_related leaves a missing one
         next(m for m in admission_sql.memberships(second_membership.pk, "chemistry")).tenant.quota  # noqa: B018
+
+
+@pytest.mark.parametrize("name", [None, "physics", "chemistry", "biology"])
+def test_memberships_read_with_the_api_token_are_the_query_s(second_membership, name):
+    from scheduling.actions.tokens import api_token_issue
+
+    user, _, tenants = ApiToken.user_for(api_token_issue(user=second_membership))
+    got = admission_sql.memberships_of_rows(user._lattice_membership_rows, name)
+    want = admission_sql.memberships(second_membership.pk, name)
+    assert sorted(m.pk for m in got) == sorted(m.pk for m in want)
+    assert sorted(tenants) == sorted(Membership.objects.filter(user=second_membership).values_list("tenant_id",
+                                                                                                     flat=True))
+    for membership in got:
+        expected = next(m for m in want if m.pk == membership.pk)
+        assert _columns(membership) == _columns(expected)
+        assert _columns(membership.tenant) == _columns(expected.tenant)
+        quota, expected_quota = (getattr(m.tenant, "quota", None) for m in (membership, expected))
+        assert (quota is None) == (expected_quota is None)
+        if quota is not None:
+            assert _columns(quota) == _columns(expected_quota) and quota.tenant is membership.tenant
+
+
+def test_a_submission_with_an_api_token_reads_its_membership_with_the_token(client, resource_group, vcluster_hpc,
+                                                                            tenant_physics, two_nodes):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduling.actions.tokens import api_token_issue
+
+    token = api_token_issue(user=tenant_physics.memberships.first().user)
+    body = {"resource_group": resource_group.name, "vcluster": vcluster_hpc.name, "per_node": {"gpu": 1},
+            "command": ["true"]}
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post("/api/v1/allocations/", body, content_type="application/json",
+                               HTTP_AUTHORIZATION=f"Token {token}")
+    assert response.status_code == 201, response.json()
+    reads = [q["sql"] for q in queries.captured_queries if Membership._meta.db_table in q["sql"]]
+    assert len(reads) == 1 and "scheduling_apitoken" in reads[0], reads
 
 
 @pytest.mark.parametrize("case", ["open", "admitted", "not admitted", "missing"])
