@@ -86,11 +86,13 @@ def vcluster_for(group_id: int, name: str, tenant_id: int) -> VCluster | None:
     """The group's vCluster of that name (None if there is none), with ``restricted`` (it lists
     the tenants that may use it) and ``admitted`` (the tenant is among them)."""
     rows = fetch(_vcluster_sql(connection.vendor), [tenant_id, group_id, name])
-    if not rows:
-        return None
+    return _vcluster_row(rows[0]) if rows else None
+
+
+def _vcluster_row(row: Sequence[Any]) -> VCluster:
     n = width(VCluster)
-    vc = load(VCluster, rows[0][:n])
-    vc.restricted, vc.admitted = bool(rows[0][n]), bool(rows[0][n + 1])  # type: ignore[attr-defined]
+    vc = load(VCluster, row[:n])
+    vc.restricted, vc.admitted = bool(row[n]), bool(row[n + 1])  # type: ignore[attr-defined]
     return vc
 
 
@@ -112,14 +114,35 @@ def node_summary(group_id: int, need: dict[str, int]) -> list[dict[str, Any]]:
     """One row per vCluster whose nodes are in the group (``vcluster_id`` None: nodes with no
     home): ``nodes``, ``holding`` (how many have ``need`` of every resource), ``most_<resource>``,
     and the vCluster's ``allow_lending`` and ``max_borrow_pct`` (None for no home)."""
-    out = []
-    for row in fetch(_nodes_sql(connection.vendor), [*(need[r] for r in RESOURCES), group_id]):
-        home, count, holding, *most = row[:3 + len(RESOURCES)]
-        lend, pct = row[3 + len(RESOURCES):]
-        out.append({"vcluster_id": home, "nodes": int(count), "holding": int(holding or 0),
-                    **{f"most_{r}": m for r, m in zip(RESOURCES, most, strict=True)},
-                    "allow_lending": None if lend is None else bool(lend), "max_borrow_pct": pct})
-    return out
+    return [_node_row(row) for row in fetch(_nodes_sql(connection.vendor), [*(need[r] for r in RESOURCES), group_id])]
+
+
+def _node_row(row: Sequence[Any]) -> dict[str, Any]:
+    home, count, holding, *most = row[:3 + len(RESOURCES)]
+    lend, pct = row[3 + len(RESOURCES):]
+    return {"vcluster_id": home, "nodes": int(count), "holding": int(holding or 0),
+            **{f"most_{r}": m for r, m in zip(RESOURCES, most, strict=True)},
+            "allow_lending": None if lend is None else bool(lend), "max_borrow_pct": pct}
+
+
+@functools.cache
+def _vcluster_and_nodes_sql(vendor: str) -> str:
+    """``_vcluster_sql``'s row (or NULLs) beside each of ``_nodes_sql``'s rows (or one row of
+    NULLs where the group has no nodes)."""
+    one, vv, nn = quote("one"), quote("vv"), quote("nn")
+    return (f"SELECT {vv}.*, {nn}.* FROM (SELECT 1) {one} LEFT OUTER JOIN ({_vcluster_sql(vendor)}) {vv} ON 1 = 1 "
+            f"LEFT OUTER JOIN ({_nodes_sql(vendor)}) {nn} ON 1 = 1")
+
+
+def vcluster_and_nodes(group_id: int, name: str, tenant_id: int,
+                       need: dict[str, int]) -> tuple[VCluster | None, list[dict[str, Any]]]:
+    """``vcluster_for`` and ``node_summary`` of the same group in one round trip: a submission
+    naming its vCluster needs both."""
+    rows = fetch(_vcluster_and_nodes_sql(connection.vendor),
+                 [tenant_id, group_id, name, *(need[r] for r in RESOURCES), group_id])
+    k = width(VCluster) + 2
+    vc = _vcluster_row(rows[0][:k]) if rows[0][0] is not None else None
+    return vc, [_node_row(row[k:]) for row in rows if row[k + 1] is not None]
 
 
 # -- the quota, locked, and what the tenant's work uses ---------------------------------------

@@ -31,17 +31,23 @@ def start_frame_errors(command: list[str], env: dict[str, str]) -> dict[str, str
                     f"command and env together must fit in {MAX_START_FRAME_BYTES} bytes")}
 
 
+def needs(per_node: dict[str, int]) -> dict[str, int]:
+    """What a node must have of every resource to hold one node's share of the request."""
+    return {resource: per_node.get(resource, 0) for resource in RESOURCES}
+
+
 def never_fits_errors(group: ResourceGroup, vc: VCluster | None, per_node: dict[str, int], nodes: int, *,
-                      own_only: bool) -> dict[str, str]:
+                      own_only: bool, summary: list[dict[str, Any]] | None = None) -> dict[str, str]:
     """Work that no node of the group (that its vCluster may ever use) could hold would wait
     forever: refused, naming the resource no node has enough of, or the node count. Every node
     counts whatever its state (a drained or down node may come back); a vCluster uses its own
     nodes, nodes with no home, and (unless ``own_only``: non-preemptible work) nodes it may
-    borrow from vClusters that lend."""
+    borrow from vClusters that lend. ``summary``: ``node_summary`` of ``per_node`` when the caller
+    read it already."""
     # One row per vCluster (and one for nodes with no home), aggregated in the database: a group
     # of 10,000 nodes is not read node by node for every submission.
-    need = {resource: per_node.get(resource, 0) for resource in RESOURCES}
-    rows = node_summary(group.pk, need)
+    need = needs(per_node)
+    rows = node_summary(group.pk, need) if summary is None else summary
     where = f"resource group {group.name}" + (f" (vCluster {vc.name})" if vc is not None else "")
     lendable: dict[int, int] = {}  # lender vCluster id -> how many nodes it may lend at most
     if vc is not None:

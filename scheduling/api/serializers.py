@@ -10,11 +10,12 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from scheduling.actions.admission import membership_for, priority_for
-from scheduling.admission_sql import vcluster_for
+from scheduling.admission_sql import vcluster_and_nodes
 from scheduling.api.admission_checks import (
     MAX_ARRAY_INDEX,
     dependency_errors,
     escape_errors,
+    needs,
     never_fits_errors,
     parse_array,
     session_type_escapes,
@@ -195,9 +196,10 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
         return value
 
     def admission_errors(self, attrs: dict[str, Any], tenant: Any, vc: VCluster | None,
-                         st: SessionType | None, klass: int) -> dict[str, str]:
+                         st: SessionType | None, klass: int, summary: list[dict[str, Any]] | None) -> dict[str, str]:
         """What could never run well: a start frame the protocol cannot carry, work no node could
-        hold, and escaping preemption without leave (admission_checks)."""
+        hold (``summary``: the group's nodes, when read with the vCluster), and escaping preemption
+        without leave (admission_checks)."""
         escaped = session_type_escapes(attrs, st)
         own_only = (not escaped["preemptible"] or attrs["sensitive"] or klass == 10
                     or (klass >= 7 and attrs["checkpoint"] == Checkpoint.NONE)
@@ -207,7 +209,7 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
             env = {**env, "LATTICE_ARRAY_ID": "9" * 20, "LATTICE_ARRAY_INDEX": str(10 * MAX_ARRAY_INDEX)}
         return {**start_frame_errors(attrs["command"], env),
                 **never_fits_errors(attrs["resource_group"], vc, attrs["per_node"], attrs["nodes"],
-                                    own_only=own_only),
+                                    own_only=own_only, summary=summary),
                 **escape_errors(attrs, getattr(tenant, "quota", None), st)}
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -226,9 +228,9 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
             problem = dependency_errors(tenant, attrs["depends_on"])
             if problem:
                 errors["depends_on"] = problem
-        vc = st = None
-        if attrs.get("vcluster"):
-            vc = vcluster_for(group.pk, attrs["vcluster"], tenant.pk)
+        vc = st = summary = None
+        if attrs.get("vcluster"):  # its nodes read with it (admission_errors counts them)
+            vc, summary = vcluster_and_nodes(group.pk, attrs["vcluster"], tenant.pk, needs(attrs["per_node"]))
             if vc is None:
                 errors["vcluster"] = f"no vCluster {attrs['vcluster']!r} in {group.name}"
             elif vc.restricted and not vc.admitted:  # type: ignore[attr-defined]
@@ -254,7 +256,7 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
         if attrs["sensitive"] and not (vc is not None and vc.type == "sensitive") and klass != 10:
             errors["sensitive"] = "sensitive work runs at class 10 or in a sensitive vCluster"
         if not errors:
-            errors.update(self.admission_errors(attrs, tenant, vc, st, klass))
+            errors.update(self.admission_errors(attrs, tenant, vc, st, klass, summary))
         if errors:
             raise serializers.ValidationError(errors)
         attrs["tenant_obj"], attrs["vcluster_obj"], attrs["session_type_obj"] = tenant, vc, st

@@ -84,7 +84,7 @@ def test_memberships_read_with_the_api_token_are_the_query_s(second_membership, 
             assert _columns(quota) == _columns(expected_quota) and quota.tenant is membership.tenant
 
 
-def test_a_submission_with_an_api_token_reads_its_membership_with_the_token(client, resource_group, vcluster_hpc,
+def test_a_submission_with_an_api_token_and_a_vcluster_runs_five_statements(client, resource_group, vcluster_hpc,
                                                                             tenant_physics, two_nodes):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -100,6 +100,11 @@ def test_a_submission_with_an_api_token_reads_its_membership_with_the_token(clie
     assert response.status_code == 201, response.json()
     reads = [q["sql"] for q in queries.captured_queries if Membership._meta.db_table in q["sql"]]
     assert len(reads) == 1 and "scheduling_apitoken" in reads[0], reads
+    # the token (with the memberships), the group, the vCluster with the nodes, the quota locked,
+    # and the insert with the usage (BEGIN and COMMIT are not captured; under a test's transaction
+    # the submission's is a savepoint)
+    ours = [q["sql"][:40] for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    assert len(ours) == (5 if connection.vendor == "postgresql" else 7), ours
 
 
 @pytest.mark.parametrize("case", ["open", "admitted", "not admitted", "missing"])
@@ -266,3 +271,23 @@ def test_the_insert_returns_the_tenant_s_usage_before_its_row(make_allocation, r
     assert before == (usage.allocations, usage.nodes, usage.gpus) != (0, 0, 0)  # this row not counted
     after = tenant_usage(tenant_physics, states)
     assert (after.allocations, after.nodes, after.gpus) == (before[0] + 1, before[1] + 5, before[2] + 15)
+
+
+@pytest.mark.parametrize("case", ["open", "not admitted", "missing", "no nodes", "missing, no nodes"])
+def test_the_vcluster_and_nodes_read_together_are_each_read_alone(resource_group, vcluster_hpc, tenant_physics,
+                                                                   tenant_chemistry, case):
+    if case == "not admitted":
+        vcluster_hpc.tenants.add(tenant_chemistry)
+    if "no nodes" not in case:
+        lender = VCluster.objects.create(resource_group=resource_group, name="lender", max_borrow_pct=0.5)
+        for i, (vc, gpu) in enumerate([(vcluster_hpc, 8), (vcluster_hpc, 4), (lender, 2), (None, 8)]):
+            Node.objects.create(name=f"n{i}", resource_group=resource_group, vcluster=vc, gpu=gpu, cpu=16, memory=64)
+    name, need = ("nope" if "missing" in case else "hpc"), {"gpu": 4, "cpu": 0, "memory": 0}
+    vc, summary = admission_sql.vcluster_and_nodes(resource_group.pk, name, tenant_physics.pk, need)
+    alone = admission_sql.vcluster_for(resource_group.pk, name, tenant_physics.pk)
+    assert (vc is None) == (alone is None) == ("missing" in case)
+    if vc is not None:
+        assert _columns(vc) == _columns(alone) and (vc.restricted, vc.admitted) == (alone.restricted, alone.admitted)
+    key = lambda row: str(row["vcluster_id"])  # noqa: E731
+    assert sorted(summary, key=key) == sorted(admission_sql.node_summary(resource_group.pk, need), key=key)
+    assert len(summary) == (0 if "no nodes" in case else 3)
