@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from django.utils.encoding import smart_str
@@ -52,18 +53,19 @@ class GroupByName(serializers.SlugRelatedField):
         return group
 
 
-_UNBOUND: dict[type, dict[str, serializers.Field]] = {}
+Copier = Callable[[serializers.Field], serializers.Field]
+_UNBOUND: dict[type, tuple[tuple[str, serializers.Field, Copier], ...]] = {}
 
 
-def _unbound_fields(cls: type[serializers.Serializer]) -> dict[str, serializers.Field]:
+def _unbound_fields(cls: type[serializers.Serializer]) -> tuple[tuple[str, serializers.Field, Copier], ...]:
     """The serializer class's declared fields copied once (never bound to a serializer), their
-    validators built."""
+    validators built, each with the way a request's copy of it is made (``_copier``)."""
     found = _UNBOUND.get(cls)
     if found is None:
-        found = copy.deepcopy(cls._declared_fields)  # type: ignore[attr-defined]
-        for field in found.values():
+        fields = copy.deepcopy(cls._declared_fields)  # type: ignore[attr-defined]
+        for field in fields.values():
             field.validators  # noqa: B018  (built once here, shared by the flat copies)
-        _UNBOUND[cls] = found
+        found = _UNBOUND[cls] = tuple((name, field, _copier(field)) for name, field in fields.items())
     return found
 
 
@@ -96,16 +98,34 @@ def _flat_of_plain(field: serializers.Field) -> serializers.Field:
     return new
 
 
-def _fresh(field: serializers.Field) -> serializers.Field:
+def _of_serializers(field: serializers.Field) -> bool:
+    """A list of a serializer (``depends_on``)."""
+    return isinstance(field, serializers.ListField) and isinstance(field.child, serializers.Serializer) \
+        and type(field).__deepcopy__ is serializers.Field.__deepcopy__
+
+
+def _flat_of_serializers(field: serializers.Field) -> serializers.Field:
+    """A flat copy of a list field with a child serializer of its own, deep-copied as DRF copies
+    it (a serializer keeps its fields, built at first use) and bound to the copy as ListField's
+    ``__init__`` binds it: rebuilding the list field too, its validators included, cost the most."""
+    new = _flat(field)
+    new.child = copy.deepcopy(field.child)  # type: ignore[attr-defined]
+    new.child.bind(field_name="", parent=new)  # type: ignore[attr-defined]
+    return new
+
+
+def _copier(field: serializers.Field) -> Copier:
     if _plain(field):
-        return _flat(field)
-    return _flat_of_plain(field) if _of_plain(field) else copy.deepcopy(field)
+        return _flat
+    if _of_plain(field):
+        return _flat_of_plain
+    return _flat_of_serializers if _of_serializers(field) else copy.deepcopy
 
 
 def fresh_fields(cls: type[serializers.Serializer]) -> dict[str, serializers.Field]:
     """What DRF's ``Serializer.get_fields`` returns (a field of its own for each declared one, none
     bound yet), built as above."""
-    return {name: _fresh(field) for name, field in _unbound_fields(cls).items()}
+    return {name: copier(field) for name, field, copier in _unbound_fields(cls)}
 
 
 # Control and format characters, and the line and paragraph separators: what may break a line or

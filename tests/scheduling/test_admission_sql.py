@@ -291,3 +291,15 @@ def test_the_vcluster_and_nodes_read_together_are_each_read_alone(resource_group
     key = lambda row: str(row["vcluster_id"])  # noqa: E731
     assert sorted(summary, key=key) == sorted(admission_sql.node_summary(resource_group.pk, need), key=key)
     assert len(summary) == (0 if "no nodes" in case else 3)
+
+
+
+def test_dependencies_are_read_as_drf_s_fields_read_them():
+    """``depends_on``'s list field is copied flat, its child serializer deep-copied (the copies'
+    isolation: ``test_the_flat_field_copies_are_drf_s_fields_and_each_serializer_s_own``)."""
+    ours, generic = AllocationInput().fields["depends_on"], GenericInput().fields["depends_on"]
+    body = [{"type": "afterok", "job": 7}, {"type": "afterany", "job": "8"}]
+    assert ours.run_validation(body) == generic.run_validation(body) == [
+        {"type": "afterok", "job": 7}, {"type": "afterany", "job": 8}]
+    assert [(type(v), v.limit_value, str(v.message)) for v in ours.validators] == \
+        [(type(v), v.limit_value, str(v.message)) for v in generic.validators] != []
