@@ -62,12 +62,18 @@ def memberships(user_id: Any, tenant_name: str | None) -> list[Membership]:
     return [membership_row(row) for row in fetch(_membership_sql(connection.vendor, bool(tenant_name)), params)]
 
 
+@functools.cache
+def _tenant_name_at() -> int:
+    """Where a membership's row (``membership_row``) holds its tenant's name."""
+    return width(Membership) + [f.attname for f in Tenant._meta.concrete_fields].index("name")
+
+
 def memberships_of_rows(rows: Sequence[Sequence[Any]], tenant_name: str | None) -> list[Membership]:
     """``memberships`` from the rows of every membership of the user read with its API token
     (``ApiToken.user_for``), without a query: the same memberships, tenants and quotas."""
     if tenant_name:
-        name_at = width(Membership) + [f.attname for f in Tenant._meta.concrete_fields].index("name")
-        rows = [row for row in rows if row[name_at] == tenant_name]
+        at = _tenant_name_at()
+        rows = [row for row in rows if row[at] == tenant_name]
     return [membership_row(row) for row in rows[:2]]
 
 
@@ -82,14 +88,9 @@ def _vcluster_sql(vendor: str) -> str:
             f"FROM {table(VCluster)} {v} WHERE {v}.{quote('resource_group_id')} = %s AND {v}.{quote('name')} = %s")
 
 
-def vcluster_for(group_id: int, name: str, tenant_id: int) -> VCluster | None:
-    """The group's vCluster of that name (None if there is none), with ``restricted`` (it lists
-    the tenants that may use it) and ``admitted`` (the tenant is among them)."""
-    rows = fetch(_vcluster_sql(connection.vendor), [tenant_id, group_id, name])
-    return _vcluster_row(rows[0]) if rows else None
-
-
 def _vcluster_row(row: Sequence[Any]) -> VCluster:
+    """The group's vCluster of that name, with ``restricted`` (it lists the tenants that may use
+    it) and ``admitted`` (the tenant is among them)."""
     n = width(VCluster)
     vc = load(VCluster, row[:n])
     vc.restricted, vc.admitted = bool(row[n]), bool(row[n + 1])  # type: ignore[attr-defined]
@@ -136,8 +137,9 @@ def _vcluster_and_nodes_sql(vendor: str) -> str:
 
 def vcluster_and_nodes(group_id: int, name: str, tenant_id: int,
                        need: dict[str, int]) -> tuple[VCluster | None, list[dict[str, Any]]]:
-    """``vcluster_for`` and ``node_summary`` of the same group in one round trip: a submission
-    naming its vCluster needs both."""
+    """The group's vCluster of that name (None if there is none: ``_vcluster_row``) and
+    ``node_summary`` of the same group, in one round trip: a submission naming its vCluster needs
+    both."""
     rows = fetch(_vcluster_and_nodes_sql(connection.vendor),
                  [tenant_id, group_id, name, *(need[r] for r in RESOURCES), group_id])
     k = width(VCluster) + 2
