@@ -26,6 +26,17 @@ from tests.nodes.test_end_to_end import wait_for
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 
+def _refused(alice, body, resource_group, ran: Path) -> str:
+    """Submit ``body`` as alice, run the pass, and wait for the agent to refuse it: the refusal in
+    the history, nothing run (``ran`` not written); returns the job page."""
+    refused = alice.post("/api/v1/allocations/", body, content_type="application/json").json()["id"]
+    schedule_pass(resource_group.pk)
+    wait_for(lambda: Allocation.objects.get(pk=refused).state == "failed", 30, "the agent's refusal")
+    assert AllocationEvent.objects.filter(allocation_id=refused, reason__startswith="exited: refused").exists()
+    assert not ran.exists()
+    return str(alice.get(f"/jobs/{refused}/").content.decode())
+
+
 def test_unmapped_work_is_refused_by_a_root_agent_until_the_tenant_may_run_as_root(
         tmp_path, api_for, resource_group, vcluster_hpc, node_gpu_a, tenant_physics, agent_factory):
     if os.geteuid() != 0:
@@ -38,12 +49,7 @@ def test_unmapped_work_is_refused_by_a_root_agent_until_the_tenant_may_run_as_ro
     body = {"resource_group": resource_group.name, "vcluster": "hpc", "per_node": {"gpu": 1},
             "command": [sys.executable, "-c", f"open({str(ran)!r}, 'a').write('ran')"]}
 
-    refused = alice.post("/api/v1/allocations/", body, content_type="application/json").json()["id"]
-    schedule_pass(resource_group.pk)
-    wait_for(lambda: Allocation.objects.get(pk=refused).state == "failed", 30, "the agent's refusal")
-    assert AllocationEvent.objects.filter(allocation_id=refused, reason__startswith="exited: refused").exists()
-    assert not ran.exists()
-    page = alice.get(f"/jobs/{refused}/").content.decode()
+    page = _refused(alice, body, resource_group, ran)
     assert "it would have run as root" in page and "allow root for the tenant" in page
     assert "--unmapped-as-agent" in page  # the remedy where an agent not running as root refused it
 
@@ -84,12 +90,7 @@ def test_unmapped_work_is_refused_by_an_agent_running_as_an_ordinary_user(
         body = {"resource_group": resource_group.name, "vcluster": "hpc", "per_node": {"gpu": 1},
                 "command": ["/bin/sh", "-c", f"id -u > {ran}"]}
         alice = api_for("alice")
-        refused = alice.post("/api/v1/allocations/", body, content_type="application/json").json()["id"]
-        schedule_pass(resource_group.pk)
-        wait_for(lambda: Allocation.objects.get(pk=refused).state == "failed", 30, "the agent's refusal")
-        assert AllocationEvent.objects.filter(allocation_id=refused, reason__startswith="exited: refused").exists()
-        assert not ran.exists()
-        page = alice.get(f"/jobs/{refused}/").content.decode()
+        page = _refused(alice, body, resource_group, ran)
         assert "as the node&#x27;s agent itself" in page and "--unmapped-as-agent" in page
     finally:
         if agent is not None and agent.poll() is None:
