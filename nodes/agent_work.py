@@ -19,7 +19,7 @@ from typing import Any
 
 from nodes import cgroups, runas
 from nodes.checkpoint_files import CheckpointFiles, done_location, size_of
-from nodes.processes import EXIT_FILE, Running, alive, recorded_exit_code
+from nodes.processes import EXIT_FILE, Running, alive, device_uuids, recorded_exit_code
 from nodes.protocol import CheckpointDone, Exited, Report, Started, new_id
 
 log = logging.getLogger("lattice.agent")
@@ -41,7 +41,7 @@ class Work:
 
     # -- surviving our own restart ------------------------------------------------------------
     def _save(self) -> None:
-        data = {a: {"pid": r.pid, "checkpoint_dir": str(r.checkpoint_dir),
+        data = {a: {"pid": r.pid, "checkpoint_dir": str(r.checkpoint_dir), "devices": sorted(r.devices),
                     **({"cgroup": str(r.cgroup)} if r.cgroup else {})} for a, r in self.running.items()}
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
@@ -56,7 +56,8 @@ class Work:
         for alloc, info in (data.items() if isinstance(data, dict) else []):
             try:
                 entry = Running(alloc, pid=int(info["pid"]), checkpoint_dir=Path(info["checkpoint_dir"]),
-                                cgroup=Path(info["cgroup"]) if info.get("cgroup") else None)
+                                cgroup=Path(info["cgroup"]) if info.get("cgroup") else None,
+                                devices=frozenset(map(str, info.get("devices") or ())))
             except (TypeError, KeyError, ValueError, AttributeError):  # written by hand, or damaged
                 log.warning("%s: cannot adopt allocation %r from %r: not a saved process", self.state_file,
                             alloc, info)
@@ -93,6 +94,15 @@ class Work:
             return
         if old is not None:
             return  # a repeated start (after a reconnect): it already runs
+        devices = device_uuids(frame.get("devices"))
+        leaving = self._leaving(devices)
+        if leaving:
+            # Its GPUs are still used by a process being stopped (checkpointed, cancelled or
+            # preempted: the control plane freed them once the stop was asked). Started once that
+            # process is gone, at most the kill's grace later: two jobs never share a GPU.
+            log.info("starting %s once %d stopped process(es) leave its GPUs", alloc, len(leaving))
+            asyncio.get_running_loop().create_task(self._start_after_all(leaving, frame))
+            return
         ckpt = self.workdir / frame.get("checkpoint_dir", f"checkpoints/{alloc}")
         cgroup = None
         try:  # who it runs as, where, seeing what (nodes/runas.py); refused before anything is made
@@ -105,7 +115,7 @@ class Work:
             log.warning("not starting %s: %s", alloc, exc)
             await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason=exc.reason))
             return
-        entry = Running(alloc, checkpoint_dir=ckpt, cgroup=cgroup)
+        entry = Running(alloc, checkpoint_dir=ckpt, cgroup=cgroup, devices=devices)
         self.running[alloc] = entry
         if self.simulate:
             entry.task = asyncio.get_running_loop().create_task(self._simulated(entry))
@@ -136,9 +146,16 @@ class Work:
             raise runas.Refused("failed", f"cannot limit it: {exc}") from None
 
     async def _start_after(self, previous: asyncio.Task[Any], frame: dict[str, Any]) -> None:
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(previous)
+        await self._start_after_all([previous], frame)
+
+    async def _start_after_all(self, previous: list[asyncio.Task[Any]], frame: dict[str, Any]) -> None:
+        await asyncio.gather(*(asyncio.shield(task) for task in previous), return_exceptions=True)
         await self._start(frame)
+
+    def _leaving(self, devices: frozenset[str]) -> list[asyncio.Task[Any]]:
+        """The watches of processes being stopped that still hold any of ``devices``."""
+        return [e.task for e in self.running.values()
+                if e.signalled and e.devices & devices and e.task is not None and not e.task.done()]
 
     async def _watch(self, entry: Running, proc: asyncio.subprocess.Process) -> None:
         await proc.wait()

@@ -41,3 +41,9 @@ class Running:
     task: asyncio.Task[Any] | None = None
     checkpoint_dir: Path = field(default_factory=Path)
     cgroup: Path | None = None  # its own limited cgroup (nodes/cgroups.py), where the node has them
+    devices: frozenset[str] = frozenset()  # the UUIDs of the GPUs bound to it (its start frame)
+
+
+def device_uuids(devices: Any) -> frozenset[str]:
+    """The UUIDs of a start frame's ``devices`` (checked by the frame parser: ``{index, uuid}``)."""
+    return frozenset(str(d["uuid"]) for d in devices or () if isinstance(d, dict) and d.get("uuid"))

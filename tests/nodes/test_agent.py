@@ -89,3 +89,34 @@ def test_heartbeat_seq_keeps_increasing_when_the_clock_is_stepped_back(tmp_path,
     assert first == 1_700_000_000_000
     assert after_step == [first + 1, first + 2]
     assert later == 1_700_003_600_000
+
+
+def test_work_bound_to_gpus_a_stopping_process_still_holds_starts_once_it_is_gone(tmp_path):
+    """The control plane frees a victim's GPUs as soon as it asks it to stop (after its checkpoint,
+    say); the process may take its grace to leave. A start bound to any of those GPUs waits for it;
+    one bound to other GPUs starts at once."""
+    async def scenario() -> list[tuple[str, str]]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+
+        def start(alloc: str, *uuids: str) -> dict:
+            return {"type": "start", "allocation": alloc, "command": [sys.executable, "-c", SLOW_TO_STOP],
+                    "env": {}, "resources": {}, "resume_from_checkpoint": False,
+                    "checkpoint_dir": f"checkpoints/{alloc}", "devices": [
+                        {"index": int(u[-1]), "uuid": u} for u in uuids], **ROOT_LEAVE}
+
+        await agent.handle(start("7", "GPU-0", "GPU-1"))
+        await asyncio.sleep(0.5)  # the interpreter is up and has its handler
+        await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 2})
+        await agent.handle(start("8", "GPU-1", "GPU-2"))  # shares GPU-1 with the process leaving
+        await agent.handle(start("9", "GPU-3"))  # shares nothing
+        for _ in range(100):
+            if sum(f["type"] == "started" for f in agent.ws.frames) == 3:
+                break
+            await asyncio.sleep(0.05)
+        for alloc in ("8", "9"):
+            os.killpg(agent.running[alloc].pid, 9)
+        return [(f["type"], f["allocation"]) for f in agent.ws.frames]
+
+    order = asyncio.run(scenario())
+    assert order[:4] == [("started", "7"), ("started", "9"), ("exited", "7"), ("started", "8")]
