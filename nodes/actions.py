@@ -39,6 +39,7 @@ from nodes.protocol import (
 )
 from scheduling.actions.lifecycle import (
     allocation_exited,
+    stopped_cancelled,
     stopped_failed,
     victim_failed,
     victim_stopping,
@@ -313,6 +314,8 @@ def allocation_lost(*, allocation: Allocation, reason: str, now: datetime, node:
         Placement.objects.filter(allocation=allocation, node=node).delete()
         give_back_borrowed([node.pk])
         victim_stopping(allocation, allocation.fail_reason or reason, now, command="kill")
+    elif allocation.cancel_asked:  # being cancelled, and now gone
+        stopped_cancelled(allocation, reason, now)
     elif allocation.fail_reason:  # already stopping for a failure, and now gone: declared lost
         stopped_failed(allocation, reason, now)
     else:

@@ -231,7 +231,8 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
         return show(e, "\n".join(explain_lines(e)))
     if args.cmd == "cancel":
         a = client.call("POST", path + "cancel/", {})
-        return show(a, f"#{a['id']} is {a['state']}")
+        leaving = ": it ends cancelled once its process is gone" if a["state"] == "terminating" else ""
+        return show(a, f"#{a['id']} is {a['state']}{leaving}")
     if args.cmd in ("hold", "release", "requeue"):
         a = client.call("POST", path + f"{args.cmd}/", {"reason": args.reason or ""})
         return show(a, f"#{a['id']} is {a['state']}{' (held)' if a['held'] else ''}")

@@ -9,8 +9,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling.actions.allocations import allocation_transition
+from scheduling.actions.lifecycle import cancel_stopping
 from scheduling.actions.quotas import ACTIVE, Usage, check_quota, tenant_usage
-from scheduling.actions.release import allocation_release, give_back_borrowed
+from scheduling.actions.release import give_back_borrowed
 from scheduling.admission_sql import (
     insert_submitted,
     memberships,
@@ -142,21 +143,23 @@ def array_submit(*, user: AbstractBaseUser, tenant: Tenant, group: ResourceGroup
 
 def allocation_cancel(*, allocation: Allocation, actor: AbstractBaseUser | None,
                       reason: str = "cancelled") -> Allocation:
-    """Cancel pending or suspended work at once; running work is stopped by its agent first."""
+    """Cancel pending or suspended work at once. Work whose process may still run is stopped by
+    its agents first and keeps its nodes until it is gone (``cancel_stopping``)."""
     with transaction.atomic():
         alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
         if alloc.state in FINAL:
             raise Conflict(f"allocation {alloc.pk} already ended ({alloc.state})")
-        was_holding = alloc.state in HOLDING
-        allocation_transition(allocation=alloc, to=State.CANCELLED, reason=reason, actor=actor,
-                              fields={"ended_at": timezone.now()})
-        if was_holding:
-            allocation_release(allocation=alloc, command="terminate")
+        if alloc.cancel_asked:
+            raise Conflict(f"allocation {alloc.pk} is already being cancelled: it ends once its process is gone")
+        if alloc.state in HOLDING:
+            cancel_stopping(alloc, actor, reason, timezone.now())
         else:
+            allocation_transition(allocation=alloc, to=State.CANCELLED, reason=reason, actor=actor,
+                                  fields={"ended_at": timezone.now()})
             held = alloc.placements.filter(kind="held")
             nodes = list(held.values_list("node_id", flat=True))
             held.delete()
             give_back_borrowed(nodes)
+            request_pass_on_commit(alloc.resource_group_id)
         event_on_commit("allocation.cancelled", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
-        request_pass_on_commit(alloc.resource_group_id)
     return alloc

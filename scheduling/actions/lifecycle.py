@@ -70,6 +70,8 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
                                   reason=f"exited: completed (0) while {alloc.state}",
                                   fields={**fields, "ended_at": moment, "deadline_at": None})
             allocation_release(allocation=alloc)
+        elif alloc.state == State.TERMINATING and alloc.cancel_asked:
+            stopped_cancelled(alloc, f"exited: {reason} ({exit_code})", moment, fields=fields)
         elif alloc.state == State.TERMINATING and alloc.fail_reason:
             stopped_failed(alloc, f"exited: {reason} ({exit_code})", moment, fields=fields)
         elif alloc.state == State.TERMINATING:
@@ -135,6 +137,34 @@ def stopped_failed(alloc: Allocation, how: str, moment: datetime, *, command: st
                   node_failure=not alloc.fail_reason.startswith("checkpoint"))
 
 
+def cancel_stopping(alloc: Allocation, actor: Any, reason: str, moment: datetime) -> None:
+    """A cancel of work whose process may still run (running, checkpointing, or already leaving
+    for a preemption or a failure): it becomes (or stays) terminating, its agents are told to
+    terminate it, and it keeps its nodes until its exit or the kill after the grace, so nothing
+    starts on its GPUs while it still runs; then it ends cancelled (``stopped_cancelled``), never
+    requeued. Work that completes meanwhile ends completed."""
+    deadline = moment + timedelta(seconds=LEAVE_GRACE_S)
+    if alloc.state == State.TERMINATING:  # already leaving: it now ends cancelled, and is asked again
+        Allocation.objects.filter(pk=alloc.pk).update(cancel_asked=True, deadline_at=deadline)
+        alloc.cancel_asked, alloc.deadline_at = True, deadline
+        AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state, actor=actor,
+                                       reason=f"{reason} while terminating: it ends cancelled"[:255])
+    else:
+        allocation_transition(allocation=alloc, to=State.TERMINATING, reason=f"{reason}: stopping"[:255], actor=actor,
+                              now=moment, fields={"cancel_asked": True, "deadline_at": deadline})
+    allocation_signal(allocation=alloc, command="terminate")
+    task_on_commit(DEADLINES, [alloc.pk], countdown=LEAVE_GRACE_S + 1)
+
+
+def stopped_cancelled(alloc: Allocation, how: str, moment: datetime, *, command: str | None = None,
+                      fields: dict[str, Any] | None = None) -> None:
+    """Terminating work that was cancelled is gone (``how``: its exit, the kill after the grace,
+    its node lost): cancelled, and its nodes free."""
+    allocation_transition(allocation=alloc, to=State.CANCELLED, reason=f"cancelled; {how}"[:255], now=moment,
+                          fields={**(fields or {}), "ended_at": moment, "deadline_at": None})
+    allocation_release(allocation=alloc, command=command)
+
+
 def requeue_failed(alloc: Allocation) -> Allocation | None:
     """A failed allocation is final; by its requeue policy a fresh copy goes back in the queue."""
     if alloc.requeue_count >= alloc.max_requeue:
@@ -181,6 +211,8 @@ def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) 
             reason = ("checkpoint timed out after the maximum deferral" if deferred_all
                       else "checkpoint timed out")
             victim_stopping(alloc, reason, moment, command="terminate")
+        elif alloc.cancel_asked:
+            stopped_cancelled(alloc, "killed after grace", moment, command="kill")
         elif alloc.fail_reason:
             stopped_failed(alloc, "killed after grace", moment, command="kill")
         else:

@@ -137,6 +137,9 @@ class Allocation(models.Model):
     requeue_asked = models.BooleanField(
         default=False, help_text="An operator asked to requeue it: once its process is gone it goes back to "
                                  "pending, whatever the mode.")
+    cancel_asked = models.BooleanField(
+        default=False, help_text="Cancelled while it ran: it keeps its nodes until its process is gone (its exit, "
+                                 "or the kill after the grace), then ends cancelled.")
 
     # -- batch verbs: holds, dependencies, arrays (the pass considers none of what is held or waits)
     held = models.BooleanField(default=False, help_text="Held: never started, never a preemptor, until released.")

@@ -12,6 +12,7 @@ import pytest
 from django.db import connections
 
 from nodes.models import Node
+from scheduling.actions.lifecycle import allocation_exited
 from scheduling.models import Allocation, Quota, VCluster
 from scheduling.passes.run import schedule_pass
 from scheduling.states import HOLDING
@@ -75,6 +76,10 @@ def test_an_array_is_held_and_cancelled_as_a_whole_or_per_task(cluster, django_c
         assert post(alice, f"/api/v1/allocations/{ids[1]}/cancel/").status_code == 200
         cancelled = post(alice, f"/api/v1/arrays/{array}/cancel/").json()
     assert sorted(cancelled["done"]) == [ids[0], *ids[2:]]
+    # The running task keeps its node until its process is gone; the others end at once.
+    tasks = dict(Allocation.objects.filter(array_id=array).values_list("pk", "state"))
+    assert tasks == {ids[0]: "terminating", **{i: "cancelled" for i in ids[1:]}}
+    allocation_exited(allocation=Allocation.objects.get(pk=ids[0]), exit_code=-15, reason="terminated")
     assert set(Allocation.objects.filter(array_id=array).values_list("state", flat=True)) == {"cancelled"}
 
 

@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from nodes.models import Node
+from scheduling.actions.lifecycle import allocation_exited
 from scheduling.actions.tokens import api_token_issue
 from scheduling.cli import main
 from scheduling.models import Allocation
@@ -58,8 +59,12 @@ def test_submit_list_show_events_explain_and_cancel(lattice, resource_group):
     assert code == 0 and [line.split("-> ")[1].split()[0] for line in out.splitlines()] == ["pending", "running"]
     code, out = lattice("explain", str(alloc.pk))
     assert code == 0 and out.splitlines()[0] == f"#{alloc.pk} is running"
-    assert lattice("cancel", str(alloc.pk)) == (0, f"#{alloc.pk} is cancelled\n")
+    # Its process may still run: it keeps its node until its exit is reported.
+    assert lattice("cancel", str(alloc.pk)) == (
+        0, f"#{alloc.pk} is terminating: it ends cancelled once its process is gone\n")
+    allocation_exited(allocation=alloc, exit_code=-15, reason="terminated")
     assert Allocation.objects.get().state == "cancelled"
+    assert lattice("cancel", str(alloc.pk))[0] == 1  # ended: a 409
 
 
 def test_what_if_prints_the_decision_and_stores_nothing(lattice):

@@ -21,6 +21,7 @@ ALLOWED = [
     ("checkpointing", "cancelled"),
     ("terminating", "pending"), ("terminating", "preempted"), ("terminating", "completed"),
     ("terminating", "failed"),
+    ("terminating", "cancelled"),  # added to the design's table: a cancel waits for the process to be gone
     ("suspended", "pending"), ("suspended", "cancelled"),
 ]
 STATES = ["pending", "running", "checkpointing", "terminating", "suspended", "completed", "failed",
