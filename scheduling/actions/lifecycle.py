@@ -10,7 +10,16 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import (
+    BigIntegerField,
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Value,
+)
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from nodes.protocol import TERMINATE_GRACE_S
@@ -25,6 +34,7 @@ from scheduling.states import FINAL, HOLDING, State
 HOLD_MARGIN_S = 60
 # How long a terminating allocation has to report its exit before it is killed and counted gone.
 LEAVE_GRACE_S = TERMINATE_GRACE_S + 5
+WALLTIME_EXCEEDED = "walltime exceeded"  # the start of the reason of work stopped at its walltime
 
 
 def mode_of(alloc: Allocation) -> str:
@@ -132,9 +142,10 @@ def stopped_failed(alloc: Allocation, how: str, moment: datetime, *, command: st
                    fields: dict[str, Any] | None = None) -> None:
     """A terminating allocation stopped for a failure is gone (``how``: its exit, the kill after
     the grace, its node lost): it ends failed with its reason and frees its nodes. A node's loss
-    may requeue it under ``on_node_failure``; a checkpoint's failure only under ``always``."""
+    may requeue it under ``on_node_failure``; a checkpoint's failure, or its walltime, only under
+    ``always``."""
     victim_failed(alloc, f"{alloc.fail_reason}; {how}", moment, command=command, fields=fields,
-                  node_failure=not alloc.fail_reason.startswith("checkpoint"))
+                  node_failure=not alloc.fail_reason.startswith(("checkpoint", WALLTIME_EXCEEDED)))
 
 
 def cancel_stopping(alloc: Allocation, actor: Any, reason: str, moment: datetime) -> None:
@@ -244,10 +255,44 @@ def holds_expired(now: datetime) -> list[int]:
     return stale
 
 
+def walltime_overdue(moment: datetime) -> list[int]:
+    """Running work whose run has lasted its walltime (each run counts from its own start)."""
+    # The walltime (minutes, a float) as a duration: an interval on PostgreSQL; on SQLite, where
+    # Django keeps durations as whole microseconds, that integer.
+    if connection.vendor == "postgresql":
+        walltime: Any = F("walltime_minutes") * Value(timedelta(minutes=1))
+    else:
+        walltime = Cast(F("walltime_minutes") * Value(60_000_000), output_field=BigIntegerField())
+    ends = ExpressionWrapper(F("started_at") + ExpressionWrapper(walltime, output_field=DurationField()),
+                             output_field=DateTimeField())
+    return list(Allocation.objects.filter(state=State.RUNNING, walltime_minutes__isnull=False,
+                                          started_at__isnull=False).alias(ends=ends).filter(ends__lte=moment)
+                .order_by("pk").values_list("pk", flat=True))
+
+
+def allocation_walltime(*, allocation_id: int, now: datetime | None = None) -> None:
+    """Running work past its walltime is stopped as Slurm stops a job at its time limit: SIGTERM,
+    its nodes kept until it is gone (the kill after the grace), then failed with the reason, and
+    requeued only under ``requeue_policy: always``. Without it, work past its walltime would also
+    stay protected as near completion for ever. Idempotent."""
+    moment = now or timezone.now()
+    with transaction.atomic():
+        alloc = Allocation.objects.select_for_update().get(pk=allocation_id)
+        if alloc.state != State.RUNNING or alloc.walltime_minutes is None or alloc.started_at is None:
+            return
+        if alloc.started_at + timedelta(minutes=alloc.walltime_minutes) > moment:
+            return
+        victim_stopping(alloc, f"{WALLTIME_EXCEEDED} ({alloc.walltime_minutes:g} min)", moment, command="terminate")
+        event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
+
+
 def sweep(*, now: datetime | None = None) -> dict[str, int]:
     """Re-derive from the database what must happen; safe to run any time, any number of times."""
     moment = now or timezone.now()
-    done = {"deadlines": 0, "holds_released": 0}
+    done = {"deadlines": 0, "holds_released": 0, "walltime": 0}
+    for alloc_id in walltime_overdue(moment):
+        allocation_walltime(allocation_id=alloc_id, now=moment)
+        done["walltime"] += 1
     for alloc in Allocation.objects.filter(state__in=[State.CHECKPOINTING, State.TERMINATING],
                                            deadline_at__lte=moment):
         allocation_deadline(allocation=alloc, now=moment)

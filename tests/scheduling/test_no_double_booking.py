@@ -22,6 +22,7 @@ from nodes.actions import allocation_report, node_heartbeat, node_liveness_sweep
 from nodes.models import Node
 from nodes.protocol import Exited, Heartbeat
 from scheduling import dispatch
+from scheduling.actions.admission import allocation_cancel
 from scheduling.actions.lifecycle import sweep
 from scheduling.actions.overrides import allocation_force_preempt
 from scheduling.models import Allocation
@@ -181,3 +182,26 @@ def test_a_victim_losing_one_of_its_nodes_is_killed_on_the_others_before_they_ar
         agents.step(schedule_pass, resource_group.pk)
     assert _state(high) == "running" and agents.violations == []
     assert _state(wide) == "failed"
+
+
+@pytest.mark.parametrize("stop", ["cancel", "walltime"])
+def test_work_cancelled_or_past_its_walltime_frees_its_node_only_when_gone(
+        resource_group, vcluster_hpc, node_gpu_a, make_allocation, agents, stop):
+    first = _job(make_allocation, vcluster_hpc, 2, walltime_minutes=10)
+    agents.step(schedule_pass, resource_group.pk)
+    waiting = _job(make_allocation, vcluster_hpc, 2)  # same class: it waits, it does not preempt
+    agents.step(schedule_pass, resource_group.pk)
+    first.refresh_from_db()
+    at = first.started_at + timedelta(minutes=10)
+    if stop == "cancel":
+        agents.step(allocation_cancel, allocation=first, actor=None)
+    else:
+        agents.step(sweep, now=at)
+    assert _state(first) == "terminating"
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(waiting) == "pending"  # terminate is only SIGTERM: it may still run
+    deadline = Allocation.objects.get(pk=first.pk).deadline_at
+    agents.step(sweep, now=deadline + timedelta(seconds=1))  # past the grace: killed
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(waiting) == "running" and agents.violations == []
+    assert _state(first) == ("cancelled" if stop == "cancel" else "failed")

@@ -1,7 +1,9 @@
-"""Own work only, in the running system: a member's cancel of a colleague's running job is refused
-and the job goes on at its agent; the tenant's admin cancels it, and the agent ends the process.
+"""Stopping running work, in the running system. Own work only: a member's cancel of a colleague's
+running job is refused and the job goes on at its agent; the tenant's admin cancels it, and it
+keeps its node until the agent ends the process. Walltime: work that has run its walltime is
+stopped through its agent and fails with the reason.
 
-One real Daphne on PostgreSQL and Redis, the real agent program (``--simulate``) connected to it,
+One real Daphne on PostgreSQL and Redis (one for the module), the real agent program (``--simulate``) connected to it,
 submissions over REST, the real pass (Celery eager: a submission's pass runs at its commit), the
 agent's reports over the socket, and the history each member reads back through the API.
 """
@@ -15,10 +17,19 @@ import pytest
 from nodes.actions import agent_token_issue
 from nodes.models import Node
 from scheduling.models import Allocation, Membership, Placement
-from tests.nodes.test_end_to_end import agent_factory, control_plane, daphne, wait_for  # noqa: F401
-from tests.scheduling.seed_e2e import client_for, nodes, states, submitted
+from scheduling.actions.lifecycle import sweep
+from tests.nodes.test_end_to_end import ControlPlane, agent_factory, daphne, wait_for  # noqa: F401
+from tests.scheduling.seed_e2e import client_for, nodes, started_ago, states, submitted
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="module")
+def control_plane(django_db_setup):
+    server = ControlPlane()
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -34,13 +45,13 @@ def colleagues(django_user_model, tenant_physics):
         Membership.objects.create(user=user, tenant=tenant_physics, role=role)
 
 
-def _running_at_its_agent(tmp_path, agent_factory, group, vc) -> int:  # noqa: F811
+def _running_at_its_agent(tmp_path, agent_factory, group, vc, **body) -> int:  # noqa: F811
     """Alice's job, started on a node whose simulated agent reported the start."""
     (node,) = nodes(group, vc, 1)
     agent_factory(agent_token_issue(node=node), workdir=tmp_path / node.name,
                   args=("--simulate", "--sim-seconds", "600", "--log-level", "WARNING"))
     wait_for(lambda: Node.objects.get(pk=node.pk).last_heartbeat_at, 60, "the agent's hello")
-    job = submitted(client_for("alice"), per_node={"gpu": 4})
+    job = submitted(client_for("alice"), per_node={"gpu": 4}, **body)
     wait_for(lambda: Allocation.objects.get(pk=job).events.filter(
         reason__contains="(simulated, no process)").exists(), 30, "the agent to start the job")
     return job
@@ -73,3 +84,18 @@ def test_a_colleague_cannot_cancel_running_work_and_an_admin_can(tmp_path, agent
         ("pending", "alice"), ("running", None), ("terminating", "erin"), ("cancelled", None)]
     time.sleep(0.5)  # a report the agent might still send changes nothing now
     assert Allocation.objects.get(pk=job).state == "cancelled"
+
+
+def test_work_past_its_walltime_is_stopped_by_its_agent_and_fails(tmp_path, agent_factory, resource_group,  # noqa: F811
+                                                                  vcluster_hpc, tenant_physics):
+    job = _running_at_its_agent(tmp_path, agent_factory, resource_group, vcluster_hpc, walltime_minutes=2)
+    started_ago(job, 3)  # the test cannot wait two minutes
+    assert sweep()["walltime"] == 1  # the periodic sweep, as the worker runs it
+    wait_for(lambda: Allocation.objects.get(pk=job).state == "failed", 30, "the agent to end the job")
+    assert [(a, b) for a, b in states(job) if a != b][-2:] == [("running", "terminating"), ("terminating", "failed")]
+    assert not Placement.objects.filter(allocation_id=job).exists()
+
+    alice = client_for("alice")
+    history = alice.get(f"/api/v1/allocations/{job}/events/").json()["results"]
+    assert history[-1]["reason"].startswith("walltime exceeded (2 min); exited: terminated")
+    assert alice.get(f"/api/v1/allocations/{job}/").json()["state"] == "failed"
