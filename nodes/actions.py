@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from nodes.health import node_gpu_health
@@ -118,16 +118,20 @@ def agent_token_replace(*, node: Node, actor: Any, reason: str = "") -> str:
     return token
 
 
-def agent_authenticate(token: str) -> Node | None:
-    found = agent_credential(token)
-    return found[0] if found is not None else None
-
-
-def agent_credential(token: str) -> tuple[Node, int] | None:
-    """The node ``token`` authenticates, and the token's id (its connection is closed when that
-    token is revoked, not when another of the node's is); None for no valid token."""
+def agent_connection(token: str) -> tuple[Node, int, int] | None:
+    """The node ``token`` authenticates, the token's id (its connection is closed when that token
+    is revoked, not when another of the node's is) and the connection's number among the node's,
+    counted by the database: of two connections of one node the higher number is the newer,
+    whichever server took it and whatever its clock says (a clock stepped back, or two hosts'
+    clocks apart, must not keep a dead connection and send the live agent away). None for no
+    valid token."""
     found = AgentToken.lookup(token, "node")
-    return (found.node, found.pk) if found is not None else None
+    if found is None:
+        return None
+    with transaction.atomic():
+        Node.objects.filter(pk=found.node_id).update(agent_connections=F("agent_connections") + 1)
+        number = Node.objects.filter(pk=found.node_id).values_list("agent_connections", flat=True).get()
+    return found.node, found.pk, number
 
 
 # -- reports -------------------------------------------------------------------------------

@@ -43,18 +43,18 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
     node: Node | None = None
     token_id: int | None = None  # the id of the token it authenticated with
     closing = False  # closed by the server: frames still queued from the agent are not applied
-    since: list[Any]  # when it was authenticated, and its channel (ties): the newest connection stays
+    since: list[Any]  # its number among the node's connections, and its channel: the newest stays
     health_key: tuple[Any, ...] | None = None  # the GPU health last judged or stored, and when (_health_due)
     health_at = 0.0
 
     async def connect(self) -> None:
         token = _bearer(self.scope)
-        credential = await in_pool(actions.agent_credential)(token) if token else None
+        credential = await in_pool(actions.agent_connection)(token) if token else None
         if credential is None:
             await self.accept()
             await self.close(code=CLOSE_AUTH)
             return
-        node, self.token_id = credential
+        node, self.token_id, number = credential
         self.node = node
         self.group = agent_group(node.name)
         self.frames: deque[float] = deque()
@@ -64,11 +64,11 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         self.health_key = health.health_key(node.gpu_health if isinstance(node.gpu_health, list) else [],
                                             node.gpu_max_temperature_c)
         self.health_at = time.monotonic()
-        # A second connection for the same node replaces the first: the newest (by when it was
-        # authenticated) stays. Joined before it announces itself, so of two connections made at
+        # A second connection for the same node replaces the first: the newest (by its number,
+        # counted by the database as it was authenticated) stays. Joined before it announces itself, so of two connections made at
         # once the later announcement always reaches the other one (announcing first, two could
         # each announce to a group the other had not joined yet, and both stay).
-        self.since = [time.time_ns(), self.channel_name]
+        self.since = [number, self.channel_name]
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.channel_layer.group_send(self.group, {"type": "agent.replaced", "by": self.channel_name,
                                                          "since": self.since})

@@ -45,6 +45,8 @@ class Node(models.Model):
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     last_seq = models.BigIntegerField(default=0)
     agent_version = models.CharField(max_length=32, blank=True)
+    agent_connections = models.PositiveBigIntegerField(
+        default=0, editable=False, help_text="Agent connections authenticated so far: orders them, the newest stays.")
     # What the agent reported of its GPUs at its last hello (null: never, or an agent that does not
     # report devices). Fewer healthy GPUs than registered lowers the capacity the scheduler sees.
     gpu_healthy = models.PositiveIntegerField(null=True, blank=True,

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from nodes.agent import Agent
+from nodes.models import AgentToken
 from tests.nodes.test_end_to_end import agent_factory, control_plane, daphne  # noqa: F401
 
 # The agents here run as this process's user and their tenants map no Unix user, so their work
@@ -38,3 +39,9 @@ def tenant_physics(tenant_physics):
 @pytest.fixture
 def tenant_chemistry(tenant_chemistry):
     return _root_allowed(tenant_chemistry)
+
+
+def authenticated(token: str):
+    """The node a token authenticates now (None: none), as an agent's connection finds it."""
+    found = AgentToken.lookup(token, "node")
+    return found.node if found is not None else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -415,6 +416,29 @@ def test_second_connection_replaces_the_first_with_4409(agent_node):
     assert ok["type"] == "ack"
 
 
+def test_the_newer_connection_stays_whatever_the_servers_clock_says(agent_node, monkeypatch):
+    """The server's clock stepped back between two connections of one node (NTP, or another host
+    whose clock is behind): the newer connection is still the one that stays. Before, the older
+    one, dead or not, sent the live agent away for minutes."""
+    node, token = agent_node
+    clock = iter([2_000_000_000_000_000_000, 1_000_000_000_000_000_000])
+    monkeypatch.setattr(time, "time_ns", lambda: next(clock, 0))
+
+    async def scenario():
+        first = _comm(token)
+        await first.connect(timeout=10)
+        second = _comm(token)
+        await second.connect(timeout=10)
+        out = await first.receive_output(timeout=5)
+        ok = await _send(second, {"type": "heartbeat", "id": "b", "seq": 1, "running": []})
+        await second.disconnect()
+        return out, ok
+
+    out, ok = run(scenario)
+    assert out == {"type": "websocket.close", "code": 4409} and ok["type"] == "ack"
+    assert Node.objects.get(pk=node.pk).agent_connections == 2
+
+
 def test_of_two_connections_made_at_once_only_one_stays(agent_node, monkeypatch):
     """Two connections of one node authenticated together (two agents started with its token):
     whatever the channel layer's latency, one of them is closed with 4409 and one stays."""
@@ -477,11 +501,11 @@ def test_agent_token_command_prints_the_token_last(node_gpu_a):
 
     from django.core.management import call_command
 
-    from nodes.actions import agent_authenticate
+    from tests.nodes.conftest import authenticated
 
     out = io.StringIO()
     call_command("agent_token", "gpu-a", stdout=out, stderr=io.StringIO())
-    assert agent_authenticate(out.getvalue().strip().splitlines()[-1]) == node_gpu_a
+    assert authenticated(out.getvalue().strip().splitlines()[-1]) == node_gpu_a
 
 
 async def database_sync(fn):

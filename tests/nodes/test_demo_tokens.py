@@ -9,8 +9,9 @@ import io
 import pytest
 from django.core.management import call_command
 
-from nodes.actions import agent_authenticate, agent_token_issue
+from nodes.actions import agent_token_issue
 from nodes.management.commands import run_agent
+from tests.nodes.conftest import authenticated
 
 pytestmark = pytest.mark.django_db
 
@@ -31,8 +32,8 @@ def _simulate_all(monkeypatch, workdir) -> str:
 def test_a_demo_restart_replaces_only_its_own_agents_tokens(node_gpu_a, monkeypatch, tmp_path):
     by_hand = agent_token_issue(node=node_gpu_a)
     first = _simulate_all(monkeypatch, tmp_path)
-    assert agent_authenticate(first) == node_gpu_a
+    assert authenticated(first) == node_gpu_a
     second = _simulate_all(monkeypatch, tmp_path)
-    assert agent_authenticate(second) == node_gpu_a
-    assert agent_authenticate(first) is None  # the earlier demo's agent is replaced
-    assert agent_authenticate(by_hand) == node_gpu_a  # the hand-issued token still works
+    assert authenticated(second) == node_gpu_a
+    assert authenticated(first) is None  # the earlier demo's agent is replaced
+    assert authenticated(by_hand) == node_gpu_a  # the hand-issued token still works

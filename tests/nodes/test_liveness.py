@@ -7,9 +7,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from nodes.actions import agent_authenticate, node_liveness_sweep
+from nodes.actions import node_liveness_sweep
 from nodes.models import Node
 from scheduling.models import Allocation, Placement, PolicyChange
+from tests.nodes.conftest import authenticated
 
 pytestmark = pytest.mark.django_db
 
@@ -62,9 +63,9 @@ def test_operators_drain_undrain_and_issue_tokens_others_cannot(client, operator
     assert list(PolicyChange.objects.order_by("id").values_list("action", "reason")) == [
         ("drain", "firmware"), ("undrain", "done")]
     token = client.post("/api/v1/nodes/gpu-a/agent-token/").json()["token"]
-    assert agent_authenticate(token) == Node.objects.get(name="gpu-a")
+    assert authenticated(token) == Node.objects.get(name="gpu-a")
     again = client.post("/api/v1/nodes/gpu-a/agent-token/", {"reason": "reimaged"}).json()["token"]
-    assert agent_authenticate(token) is None and agent_authenticate(again) is not None
+    assert authenticated(token) is None and authenticated(again) is not None
     assert list(PolicyChange.objects.filter(action="agent_token").order_by("id").values_list("reason", "actor")) == [
         ("", operator.pk), ("reimaged", operator.pk)]  # each issue audited, the token itself never
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from nodes.actions import agent_authenticate, agent_token_issue
+from nodes.actions import agent_token_issue
 from nodes.models import Node
 from scheduling.models import PolicyChange
+from tests.nodes.conftest import authenticated
 
 pytestmark = pytest.mark.django_db
 
@@ -47,7 +48,7 @@ def test_a_new_agent_token_is_shown_once_works_and_revokes_the_old_one(ops, node
     assert "no-store" in response["Cache-Control"]
     page = response.content.decode()
     token = page.split('<pre id="agent-token">')[1].split("</pre>")[0]
-    assert agent_authenticate(token) == node_gpu_a and agent_authenticate(old) is None
+    assert authenticated(token) == node_gpu_a and authenticated(old) is None
     assert token not in ops.get("/ops/nodes/gpu-a/").content.decode()  # shown once
     entry = PolicyChange.objects.get()
     assert (entry.action, entry.reason, entry.before, entry.after) == (

@@ -16,8 +16,8 @@ import pytest
 
 from nodes.actions import agent_token_issue
 from nodes.models import Node
-from scheduling.models import Allocation, Membership, Placement
 from scheduling.actions.lifecycle import sweep
+from scheduling.models import Allocation, Membership, Placement
 from tests.nodes.test_end_to_end import ControlPlane, agent_factory, daphne, wait_for  # noqa: F401
 from tests.scheduling.seed_e2e import client_for, nodes, started_ago, states, submitted
 
