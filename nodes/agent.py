@@ -75,6 +75,7 @@ class Agent(Work):
         self.simulate = simulate
         self.sim_seconds = sim_seconds
         self.running: dict[str, Running] = {}
+        self.waiting: dict[str, asyncio.Task[Any]] = {}
         self.unacked: dict[str, dict[str, Any]] = {}  # frame id -> frame, until acknowledged
         self.latest: dict[str, str] = {}  # allocation -> id of its latest unacknowledged frame
         self.heartbeat_interval = 10.0
@@ -152,7 +153,9 @@ class Agent(Work):
         self._probe_limits()
         return encode(Hello(id=new_id(), agent_version=VERSION, capacity={}, labels={},
                             running=[{"allocation": r.allocation, "phase": r.phase, "pid": r.pid}
-                                     for r in self.running.values()],
+                                     for r in self.running.values()]
+                            + [{"allocation": a, "phase": "waiting"} for a in sorted(self.waiting)
+                               if a not in self.running],
                             devices=self.devices, cgroups=self.limiter is not None,
                             cgroups_note=self.cgroups_note or ""))
 

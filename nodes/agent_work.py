@@ -33,6 +33,9 @@ class Work:
     unmapped_as_agent: bool
     sim_seconds: float
     running: dict[str, Running]
+    # Starts waiting for a stopping process to leave their GPUs (allocation -> the waiting task):
+    # listed at hello, and dropped by a terminate or kill of their allocation.
+    waiting: dict[str, asyncio.Task[Any]]
     state_file: Path
     limiter: cgroups.Limiter | None
 
@@ -86,11 +89,13 @@ class Work:
     # -- running work ----------------------------------------------------------------------
     async def _start(self, frame: dict[str, Any]) -> None:
         alloc = str(frame["allocation"])
+        if alloc in self.waiting:
+            return  # a repeated start (after a reconnect): it already waits to start
         old = self.running.get(alloc)
         if old is not None and old.signalled and old.task is not None:
             # A new run of an allocation whose earlier run is still being stopped (it was
             # checkpointed and requeued, then placed here again): start it once that one is gone.
-            asyncio.get_running_loop().create_task(self._start_after(old.task, frame))
+            self._wait_then_start(alloc, [old.task], frame)
             return
         if old is not None:
             return  # a repeated start (after a reconnect): it already runs
@@ -101,7 +106,7 @@ class Work:
             # preempted: the control plane freed them once the stop was asked). Started once that
             # process is gone, at most the kill's grace later: two jobs never share a GPU.
             log.info("starting %s once %d stopped process(es) leave its GPUs", alloc, len(leaving))
-            asyncio.get_running_loop().create_task(self._start_after_all(leaving, frame))
+            self._wait_then_start(alloc, leaving, frame)
             return
         ckpt = self.workdir / frame.get("checkpoint_dir", f"checkpoints/{alloc}")
         cgroup = None
@@ -145,11 +150,17 @@ class Work:
         except cgroups.Unavailable as exc:  # not run unlimited on a node that limits
             raise runas.Refused("failed", f"cannot limit it: {exc}") from None
 
-    async def _start_after(self, previous: asyncio.Task[Any], frame: dict[str, Any]) -> None:
-        await self._start_after_all([previous], frame)
+    def _wait_then_start(self, alloc: str, previous: list[asyncio.Task[Any]], frame: dict[str, Any]) -> None:
+        """Start ``frame`` once the ``previous`` processes are gone. Until then the start is
+        ``waiting``: the hello lists it (the control plane would count it lost otherwise), and a
+        terminate or kill of its allocation drops it (``_signal``), so work stopped before it
+        could start never starts later, beside whatever the control plane placed there since."""
+        self.waiting[alloc] = asyncio.get_running_loop().create_task(self._start_after(alloc, previous, frame))
 
-    async def _start_after_all(self, previous: list[asyncio.Task[Any]], frame: dict[str, Any]) -> None:
+    async def _start_after(self, alloc: str, previous: list[asyncio.Task[Any]], frame: dict[str, Any]) -> None:
         await asyncio.gather(*(asyncio.shield(task) for task in previous), return_exceptions=True)
+        if self.waiting.get(alloc) is asyncio.current_task():
+            del self.waiting[alloc]  # no longer waiting: a stop now finds it running (or not at all)
         await self._start(frame)
 
     def _leaving(self, devices: frozenset[str]) -> list[asyncio.Task[Any]]:
@@ -218,6 +229,12 @@ class Work:
             self._signal(alloc, signal.SIGKILL, "killed")
 
     def _signal(self, alloc: str, sig: signal.Signals, reason: str) -> bool:
+        waiting = self.waiting.pop(alloc, None)
+        if waiting is not None:  # stopped before it could start: it never will
+            waiting.cancel()
+            if alloc not in self.running:  # (else the earlier run's exit, reported as it leaves, says it)
+                asyncio.get_running_loop().create_task(self.report(
+                    Exited(id=new_id(), allocation=alloc, exit_code=None, reason=reason)))
         entry = self.running.get(alloc)
         if entry is None:
             return False

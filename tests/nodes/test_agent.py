@@ -120,3 +120,44 @@ def test_work_bound_to_gpus_a_stopping_process_still_holds_starts_once_it_is_gon
 
     order = asyncio.run(scenario())
     assert order[:4] == [("started", "7"), ("started", "9"), ("exited", "7"), ("started", "8")]
+
+
+def test_a_start_waiting_for_gpus_is_listed_at_hello_and_dropped_by_a_stop_of_its_allocation(tmp_path):
+    """A start waiting for a stopping process to leave its GPUs has no process yet. Its
+    allocation may be cancelled or preempted meanwhile (the terminate finds nothing to signal), or
+    the agent may reconnect (the hello must not leave it out, or the control plane counts it lost
+    and frees its GPUs). Before, the stop was ignored and the start ran once the GPUs were free,
+    beside the work placed there since; the hello listed nothing."""
+    async def scenario() -> tuple[list[tuple[str, str, str | None]], list[dict]]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+
+        def start(alloc: str) -> dict:
+            return {"type": "start", "allocation": alloc, "command": [sys.executable, "-c", SLOW_TO_STOP],
+                    "env": {}, "resources": {}, "resume_from_checkpoint": False,
+                    "checkpoint_dir": f"checkpoints/{alloc}", "devices": [{"index": 0, "uuid": "GPU-0"}],
+                    **ROOT_LEAVE}
+
+        await agent.handle(start("7"))
+        await asyncio.sleep(0.5)  # the interpreter is up and has its handler
+        await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 2})
+        await agent.handle(start("8"))  # waits for 7 to leave GPU-0
+        await agent.handle(start("8"))  # the same start again (a reconnect): still one
+        listed = agent._hello()["running"]
+        await agent.handle({"type": "terminate", "allocation": "8", "grace_s": 2})  # cancelled meanwhile
+        for _ in range(60):
+            if not agent.running:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # time for a start that should not happen
+        leftover = dict(agent.running)
+        for entry in leftover.values():
+            os.killpg(entry.pid, 9)
+        assert leftover == {} and agent.waiting == {}
+        return [(f["type"], f["allocation"], f.get("reason")) for f in agent.ws.frames], listed
+
+    frames, listed = asyncio.run(scenario())
+    assert {"allocation": "8", "phase": "waiting"} in listed
+    assert ("started", "8", None) not in frames
+    assert ("exited", "8", "terminated") in frames
+    assert frames[0] == ("started", "7", None) and ("exited", "7", "terminated") in frames
