@@ -21,6 +21,7 @@ from nodes.heartbeats import nodes_changed, persist
 from nodes.inventory import node_devices_report
 from nodes.late_exits import allocation_late_exit, lost_at_hello, lost_node_down
 from nodes.models import AgentToken, Node, NodeState, ProcessedFrame
+from nodes.partial_exits import exited_on_one_node
 from nodes.protocol import (
     Checkpoint,
     CheckpointDone,
@@ -230,7 +231,8 @@ def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) 
             late = alloc.state == State.FAILED and allocation_late_exit(
                 allocation=alloc, node_name=node.name, exit_code=frame.exit_code, reason=frame.reason,
                 now=moment)
-            if not late:
+            if not late and not exited_on_one_node(allocation=alloc, node=node, exit_code=frame.exit_code,
+                                                   reason=frame.reason, now=moment):
                 allocation_exited(allocation=alloc, exit_code=frame.exit_code, reason=frame.reason,
                                       now=moment)
         elif isinstance(frame, CheckpointProgress):

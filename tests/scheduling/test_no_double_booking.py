@@ -205,3 +205,33 @@ def test_work_cancelled_or_past_its_walltime_frees_its_node_only_when_gone(
     agents.step(schedule_pass, resource_group.pk)
     assert _state(waiting) == "running" and agents.violations == []
     assert _state(first) == ("cancelled" if stop == "cancel" else "failed")
+
+
+@pytest.mark.parametrize("stop", ["cancel", "walltime"])
+def test_work_on_two_nodes_frees_each_only_as_its_process_there_is_gone(
+        resource_group, vcluster_hpc, two_nodes, make_allocation, agents, stop):
+    """Each node's agent reports the exit of its own process. The first report freed both nodes
+    (the allocation ended) while the other node's process was still leaving, and the pass started
+    the waiting job beside it. Now the first frees its node alone; the allocation ends with the last."""
+    wide = _job(make_allocation, vcluster_hpc, 2, nodes=2, walltime_minutes=10)
+    agents.step(schedule_pass, resource_group.pk)
+    waiting = _job(make_allocation, vcluster_hpc, 2)
+    agents.step(schedule_pass, resource_group.pk)
+    wide.refresh_from_db()
+    at = wide.started_at + timedelta(minutes=10)
+    if stop == "cancel":
+        agents.step(allocation_cancel, allocation=wide, actor=None)
+    else:
+        agents.step(sweep, now=at)
+    assert _state(wide) == "terminating"
+    first, second = "gpu-a", "gpu-b"
+    agents.step(agents.exit, first, wide, code=-15, reason="terminated", now=at + timedelta(seconds=1))
+    agents.step(agents.exit, first, wide, code=-15, reason="terminated", now=at + timedelta(seconds=1))  # again
+    assert _state(wide) == "terminating"
+    assert list(wide.placements.values_list("node__name", flat=True)) == [second]
+    agents.step(schedule_pass, resource_group.pk)  # the freed node takes the waiting job
+    assert _state(waiting) == "running" and agents.violations == []
+    assert list(waiting.placements.values_list("node__name", flat=True)) == [first]
+    agents.step(agents.exit, second, wide, code=-15, reason="terminated", now=at + timedelta(seconds=2))
+    assert _state(wide) == ("cancelled" if stop == "cancel" else "failed")
+    assert not wide.placements.exists() and agents.violations == []
