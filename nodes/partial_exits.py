@@ -5,7 +5,10 @@ its walltime) keeps its nodes until its process is gone. A multi-node allocation
 each of its nodes, and each agent reports its own exit: the first report must free only the node
 it comes from, while the other nodes' processes may still be leaving. The allocation ends (and its
 last nodes are freed) with the last node's exit, the kill after the grace, or the loss of the
-nodes still holding it.
+nodes still holding it. Running work is the same: a node whose process completed is freed while
+the others run on; a node whose process failed fails the work, whose other processes are then
+stopped as above (before, the first exit ended the work and freed every node, the other
+processes still running there, and no one told them to stop).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from datetime import datetime
 from django.db import transaction
 
 from nodes.models import Node, NodeState
+from scheduling.actions.lifecycle import ONE_NODE_EXITED, SIGNALLED, victim_stopping
 from scheduling.actions.release import give_back_borrowed
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.states import State
@@ -22,21 +26,29 @@ from scheduling.states import State
 
 def exited_on_one_node(*, allocation: Allocation, node: Node, exit_code: int | None, reason: str,
                        now: datetime) -> bool:
-    """If ``allocation`` is terminating and still placed on other live nodes, free ``node`` alone
-    (its process is gone) and return True: the allocation waits for the others. Else False: the
-    exit ends the allocation as usual (lifecycle.allocation_exited)."""
+    """If ``allocation`` runs or is leaving on other live nodes too, free ``node`` alone (its process
+    is gone) and return True: the allocation goes on, or waits for the others. Running work whose
+    process failed on this node is failed as a whole: its other processes are told to terminate and
+    it ends failed once they are gone. Else False: the exit ends the allocation as usual
+    (lifecycle.allocation_exited)."""
     with transaction.atomic():
         alloc = Allocation.objects.select_for_update(of=("self",)).get(pk=allocation.pk)
-        if alloc.state != State.TERMINATING:
+        if alloc.state not in (State.RUNNING, State.TERMINATING):
             return False
+        if alloc.state == State.RUNNING and reason in SIGNALLED:
+            return False  # an earlier run's exit, reported late: allocation_exited ignores it
         others = (Placement.objects.filter(allocation=alloc, kind="assigned").exclude(node=node)
                   .exclude(node__state=NodeState.DOWN).count())
         if not others:
             return False
         removed, _ = Placement.objects.filter(allocation=alloc, node=node).delete()
-        if removed:
-            give_back_borrowed([node.pk])
-            AllocationEvent.objects.create(
-                allocation=alloc, from_state=alloc.state, to_state=alloc.state,
-                reason=f"exited on {node.name}: {reason} ({exit_code}); {others} more node(s) still leaving"[:255])
+        if not removed:
+            return True  # this node's exit was applied before
+        give_back_borrowed([node.pk])
+        going_on = "still running" if alloc.state == State.RUNNING else "still leaving"
+        AllocationEvent.objects.create(
+            allocation=alloc, from_state=alloc.state, to_state=alloc.state,
+            reason=f"{ONE_NODE_EXITED}{node.name}: {reason} ({exit_code}); {others} more node(s) {going_on}"[:255])
+        if alloc.state == State.RUNNING and not (reason == "completed" and exit_code == 0):
+            victim_stopping(alloc, f"{ONE_NODE_EXITED}{node.name}: {reason} ({exit_code})", now, command="terminate")
         return True

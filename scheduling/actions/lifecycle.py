@@ -35,6 +35,7 @@ HOLD_MARGIN_S = 60
 # How long a terminating allocation has to report its exit before it is killed and counted gone.
 LEAVE_GRACE_S = TERMINATE_GRACE_S + 5
 WALLTIME_EXCEEDED = "walltime exceeded"  # the start of the reason of work stopped at its walltime
+ONE_NODE_EXITED = "exited on "  # ... of work stopped as its process on one of its nodes failed
 
 
 def mode_of(alloc: Allocation) -> str:
@@ -142,10 +143,11 @@ def stopped_failed(alloc: Allocation, how: str, moment: datetime, *, command: st
                    fields: dict[str, Any] | None = None) -> None:
     """A terminating allocation stopped for a failure is gone (``how``: its exit, the kill after
     the grace, its node lost): it ends failed with its reason and frees its nodes. A node's loss
-    may requeue it under ``on_node_failure``; a checkpoint's failure, or its walltime, only under
-    ``always``."""
+    may requeue it under ``on_node_failure``; a checkpoint's failure, its walltime or a process
+    failed on one of its nodes, only under ``always``."""
     victim_failed(alloc, f"{alloc.fail_reason}; {how}", moment, command=command, fields=fields,
-                  node_failure=not alloc.fail_reason.startswith(("checkpoint", WALLTIME_EXCEEDED)))
+                  node_failure=not alloc.fail_reason.startswith(("checkpoint", WALLTIME_EXCEEDED,
+                                                                              ONE_NODE_EXITED)))
 
 
 def cancel_stopping(alloc: Allocation, actor: Any, reason: str, moment: datetime) -> None:

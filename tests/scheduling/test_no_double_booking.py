@@ -38,12 +38,14 @@ class FakeAgents:
         self.running: dict[str, dict[str, int]] = {}  # node -> allocation id -> GPUs it uses there
         self.starts: list[tuple[str, str]] = []
         self.violations: list[str] = []
+        self.sent: list[tuple[str, str, str]] = []  # (node, frame type, allocation), every command
 
     def deliver(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
         for group, message in messages:
             if not group.startswith("agent.") or message.get("type") != "agent.command":
                 continue
             node, frame = group.removeprefix("agent."), message["frame"]
+            self.sent.append((node, frame["type"], frame["allocation"]))
             here = self.running.setdefault(node, {})
             if frame["type"] == "start":
                 capacity = Node.objects.get(name=node).gpu
@@ -235,3 +237,42 @@ def test_work_on_two_nodes_frees_each_only_as_its_process_there_is_gone(
     agents.step(agents.exit, second, wide, code=-15, reason="terminated", now=at + timedelta(seconds=2))
     assert _state(wide) == ("cancelled" if stop == "cancel" else "failed")
     assert not wide.placements.exists() and agents.violations == []
+
+
+def test_running_work_on_two_nodes_whose_process_fails_on_one_stops_on_the_other_before_it_is_reused(
+        resource_group, vcluster_hpc, two_nodes, make_allocation, agents):
+    """A rank of a two-node job fails. The first exit ended the job and freed both nodes with no
+    word to the other node's agent: its process ran on beside whatever was placed there next. Now
+    the failed node is freed, the other process is told to terminate and keeps its node until gone."""
+    wide = _job(make_allocation, vcluster_hpc, 2, nodes=2, requeue_policy="on_node_failure")
+    agents.step(schedule_pass, resource_group.pk)
+    waiting = [_job(make_allocation, vcluster_hpc, 2) for _ in range(2)]
+    now = timezone.now()
+    agents.step(agents.exit, "gpu-a", wide, code=1, reason="failed", now=now)
+    wide.refresh_from_db()
+    assert wide.state == "terminating" and wide.fail_reason == "exited on gpu-a: failed (1)"
+    assert list(wide.placements.values_list("node__name", flat=True)) == ["gpu-b"]
+    assert agents.sent[-1] == ("gpu-b", "terminate", str(wide.pk))
+    agents.step(schedule_pass, resource_group.pk)
+    assert sorted(_state(w) for w in waiting) == ["pending", "running"]  # gpu-a only
+    assert agents.violations == []
+
+    agents.step(agents.exit, "gpu-b", wide, code=-15, reason="terminated", now=now + timedelta(seconds=2))
+    wide.refresh_from_db()
+    assert wide.state == "failed" and wide.events.latest("id").reason == (
+        "exited on gpu-a: failed (1); exited: terminated (-15)")
+    assert not Allocation.objects.filter(requeued_from=wide).exists()  # a failed process, not a lost node
+    agents.step(schedule_pass, resource_group.pk)
+    assert [_state(w) for w in waiting] == ["running", "running"] and agents.violations == []
+
+
+def test_running_work_on_two_nodes_completes_when_its_last_process_does(resource_group, vcluster_hpc, two_nodes,
+                                                                         make_allocation, agents):
+    wide = _job(make_allocation, vcluster_hpc, 2, nodes=2)
+    agents.step(schedule_pass, resource_group.pk)
+    now = timezone.now()
+    agents.step(agents.exit, "gpu-b", wide, code=0, reason="completed", now=now)
+    assert _state(wide) == "running"  # gpu-a's process still runs
+    assert list(wide.placements.values_list("node__name", flat=True)) == ["gpu-a"]
+    agents.step(agents.exit, "gpu-a", wide, code=0, reason="completed", now=now + timedelta(seconds=1))
+    assert _state(wide) == "completed" and not wide.placements.exists()
