@@ -158,6 +158,8 @@ def cancel_stopping(alloc: Allocation, actor: Any, reason: str, moment: datetime
     requeued. Work that completes meanwhile ends completed."""
     deadline = moment + timedelta(seconds=LEAVE_GRACE_S)
     if alloc.state == State.TERMINATING:  # already leaving: it now ends cancelled, and is asked again
+        # within the grace it already has, so a preemptor waiting for it waits no longer for a cancel
+        deadline = min(deadline, alloc.deadline_at or deadline)
         Allocation.objects.filter(pk=alloc.pk).update(cancel_asked=True, deadline_at=deadline)
         alloc.cancel_asked, alloc.deadline_at = True, deadline
         AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state, actor=actor,

@@ -63,6 +63,8 @@
       if (ev.allocation) { li.appendChild(text(" ")); li.appendChild(job(ev, ev.allocation)); }
     } else if (ev.allocation) {
       var verb = {"allocation.submitted": "submitted", "allocation.cancelled": "cancelled"}[ev.kind];
+      // A cancel of work whose process may still run: terminating until its agent reports it gone.
+      if (ev.kind === "allocation.cancelled" && ev.state && ev.state !== "cancelled") verb = "cancel asked (" + ev.state + ")";
       li.appendChild(text(where));
       li.appendChild(job(ev, ev.allocation));
       li.appendChild(text(verb ? " " + verb

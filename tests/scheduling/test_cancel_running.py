@@ -132,10 +132,12 @@ def test_a_cancel_of_work_already_terminating_keeps_it_from_the_queue(resource_g
     _job(make_allocation, vcluster_hpc, klass=7)
     schedule_pass(resource_group.pk)
     assert _fresh(low).state == "terminating" and not _fresh(low).cancel_asked  # leaving to be requeued
+    deadline = _fresh(low).deadline_at
 
     allocation_cancel(allocation=low, actor=user)
     low = _fresh(low)
     assert (low.state, low.cancel_asked) == ("terminating", True)
+    assert low.deadline_at == deadline  # the grace it had, not a new one: its preemptor waits no longer
     assert low.events.latest("id").actor == user
     allocation_exited(allocation=low, exit_code=-15, reason="terminated")
     assert _fresh(low).state == "cancelled"  # not back in the queue
