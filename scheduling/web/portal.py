@@ -211,8 +211,10 @@ def verb(request: HttpRequest, pk: int, name: str) -> HttpResponse:
 
 
 class SubmitForm(forms.Form):
-    """A job as a tenant member writes it; the API's own checks judge it (``AllocationInput``)."""
+    """A job as a tenant member writes it; the API's own checks judge it (``AllocationInput``). A
+    member of several tenants names the one the job is for (the API's ``tenant``)."""
 
+    tenant = forms.ChoiceField(help_text="The tenant whose quota and policies the job runs under.")
     resource_group = forms.ModelChoiceField(queryset=ResourceGroup.objects.order_by("name"), to_field_name="name",
                                             required=False, empty_label="your tenant's default",
                                             help_text="Blank: your tenant's default resource group, as the API "
@@ -236,6 +238,11 @@ class SubmitForm(forms.Form):
         """``tenants``: the member's; the choices are the vClusters open to them and the session
         types, each named with the resource groups that have it (names repeat across groups)."""
         super().__init__(*args, **kwargs)
+        names = sorted(Tenant.objects.filter(pk__in=tenants).values_list("name", flat=True))
+        if len(names) > 1:
+            self.fields["tenant"].choices = [("", "choose one")] + [(name, name) for name in names]
+        else:  # the only one: the API takes it without a name
+            del self.fields["tenant"]
         groups = list(self.fields["resource_group"].queryset)  # type: ignore[attr-defined]
         if len(groups) == 1:
             self.fields["resource_group"].initial = groups[0].name
@@ -260,8 +267,8 @@ class SubmitForm(forms.Form):
                "walltime_minutes": d["walltime_minutes"], "command": d["command"]}
         if d["resource_group"] is not None:
             out["resource_group"] = d["resource_group"].name
-        for key in ("vcluster", "session_type", "priority", "rank"):
-            if d[key] not in (None, ""):
+        for key in ("tenant", "vcluster", "session_type", "priority", "rank"):
+            if d.get(key) not in (None, ""):
                 out[key] = d[key]
         return out
 

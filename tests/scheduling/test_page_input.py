@@ -165,3 +165,27 @@ def test_the_admin_s_json_boxes_refuse_text_nested_past_the_parser(model_name, f
     with pytest.raises(forms.ValidationError):
         box.clean(NESTED)
     assert box.bound_data(NESTED, None) == NESTED  # the form shown again with its error
+
+
+def test_a_member_of_several_tenants_names_the_job_s_tenant_on_the_submit_form(
+        client, tenant_physics, tenant_chemistry, resource_group, two_nodes):
+    """The form had no tenant, and the API refused every job of a member of two tenants ("name one
+    in 'tenant'"): such a member could not submit from the page at all."""
+    alice = tenant_physics.memberships.first().user
+    Membership.objects.create(user=alice, tenant=tenant_chemistry)
+    client.force_login(alice)
+    assert '<option value="chemistry">chemistry</option>' in client.get("/jobs/new/").content.decode()
+    form = {"resource_group": resource_group.name, "vcluster": "hpc", "nodes": 1, "gpus_per_node": 8,
+            "preemption_class": 3, "checkpoint": "none", "command": "sleep 5", "action": "submit"}
+    page = client.post("/jobs/new/", form)
+    assert page.status_code == 200 and "This field is required" in page.content.decode()
+    assert not Allocation.objects.exists()
+    assert client.post("/jobs/new/", {**form, "tenant": "chemistry"}).status_code == 302
+    assert Allocation.objects.get().tenant == tenant_chemistry
+    assert client.post("/jobs/new/", {**form, "tenant": "biology"}).status_code == 200  # not one of hers
+    assert Allocation.objects.count() == 1
+
+
+def test_a_member_of_one_tenant_is_not_asked_for_it(client, tenant_physics, resource_group, two_nodes):
+    client.force_login(tenant_physics.memberships.first().user)
+    assert 'name="tenant"' not in client.get("/jobs/new/").content.decode()
