@@ -3,8 +3,8 @@
     lattice [--url URL] [--token-file PATH] [--json] COMMAND ...     (python -m scheduling.cli from a checkout)
 
     login [--token-file PATH]            (the token from standard input otherwise)
-    submit [--group G] [--vcluster V] [--session-type S] [--nodes N] [--gpus N] [--cpus N]
-           [--memory N] [--class C] [--priority P] [--checkpoint auto|manual|none]
+    submit [--tenant T] [--group G] [--vcluster V] [--session-type S] [--nodes N] [--gpus N]
+           [--cpus N] [--memory N] [--class C] [--priority P] [--checkpoint auto|manual|none]
            [--walltime MIN] [--name NAME] [--dependency afterok:ID[:ID][,afterany:ID]]
            [--array 0-99%10] [--hold] [--file JOB.json] [--what-if] [-- COMMAND ...]
     list [--state S[,S]] [--group G] [--array ID]     (an array is one line; --array ID lists its tasks)
@@ -91,7 +91,7 @@ def job_document(args: argparse.Namespace) -> dict[str, Any]:
             raise Usage(f"{args.file} must hold a JSON object (the API's job fields)")
         if "per_node" in doc and not isinstance(doc["per_node"], dict):
             raise Usage(f"{args.file}: per_node must be an object of resources, e.g. {{\"gpu\": 1}}")
-    flags = {"resource_group": args.group, "vcluster": args.vcluster, "session_type": args.session_type,
+    flags = {"tenant": args.tenant, "resource_group": args.group, "vcluster": args.vcluster, "session_type": args.session_type,
              "nodes": args.nodes, "preemption_class": args.klass, "priority": args.priority,
              "checkpoint": args.checkpoint, "walltime_minutes": args.walltime, "name": args.name}
     doc.update({k: v for k, v in flags.items() if v is not None})
@@ -298,6 +298,7 @@ def parser() -> argparse.ArgumentParser:
                     help="a file holding an API token (else the token is read from standard input)")
     s = sub.add_parser("submit", help="submit a job (or --what-if: what would happen now)")
     s.add_argument("--file", help="a JSON job document with the API's field names")
+    s.add_argument("--tenant", help="the job's tenant (a member of several names one)")
     s.add_argument("--group", help="resource group")
     s.add_argument("--vcluster")
     s.add_argument("--session-type")

@@ -84,6 +84,18 @@ def test_a_job_file_with_flags_over_it(lattice, tmp_path):
     assert (alloc.preemption_class, alloc.per_node_gpu, alloc.per_node_cpu, alloc.command) == (5, 8, 8, ["sleep", "60"])
 
 
+def test_a_member_of_several_tenants_names_the_job_s_tenant(lattice, tenant_chemistry, tenant_physics):
+    """Without ``--tenant`` such a member was told to name one in 'tenant', which no flag did."""
+    from scheduling.models import Membership
+
+    Membership.objects.create(user=tenant_physics.memberships.first().user, tenant=tenant_chemistry)
+    job = ("submit", "--group", "rg-main", "--vcluster", "hpc", "--gpus", "8", "--", "train")
+    assert lattice(*job)[0] == 1 and not Allocation.objects.exists()
+    code, out = lattice("submit", "--tenant", "chemistry", *job[1:])
+    assert code == 0, out
+    assert Allocation.objects.get().tenant == tenant_chemistry
+
+
 @pytest.mark.parametrize("content, message", [("{not json", "is not JSON"), ("[1, 2]", "must hold a JSON object"),
                                               ('{"vcluster": "hpc"}', "needs resources per node"),
                                               ('{"resource_group": "rg-main"}', "needs resources per node")])
