@@ -100,14 +100,16 @@ def allocation_submit(*, user: AbstractBaseUser, tenant: Tenant, group: Resource
     return alloc
 
 
-def within_quota(*, tenant: Tenant, fields: dict[str, Any]) -> None:
-    """What ``allocation_submit`` checks of the hard quota, without the lock: a what-if answers as
-    the submission would, a 409 naming the quota where it would be refused."""
+def within_quota(*, tenant: Tenant, fields: dict[str, Any], tasks: int = 1) -> None:
+    """What ``allocation_submit`` (``array_submit`` for ``tasks`` tasks) checks of the hard quota,
+    without the lock: a what-if answers as the submission would, a 409 naming the quota where it
+    would be refused."""
     quota = Quota.objects.filter(tenant=tenant).first()
     if quota is None:
         raise Conflict("the tenant has no quota; ask an operator", field="tenant")
     nodes = int(fields.get("node_count", 1))
-    check_quota(quota, tenant_usage(tenant), nodes=nodes, gpus=nodes * int(fields.get("per_node_gpu", 0)))
+    check_quota(quota, tenant_usage(tenant), nodes=nodes * tasks,
+                gpus=nodes * int(fields.get("per_node_gpu", 0)) * tasks, allocations=tasks)
 
 
 def array_submit(*, user: AbstractBaseUser, tenant: Tenant, group: ResourceGroup, fields: dict[str, Any],

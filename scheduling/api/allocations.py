@@ -194,10 +194,13 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     @action(detail=False, methods=["post"], url_path="what-if")
     def what_if(self, request: Request) -> Response:
         """The decision this request would get now. Nothing is stored. A request past its tenant's
-        hard quota is refused (409, naming the quota) as its submission would be."""
+        hard quota is refused (409, naming the quota) as its submission would be (an array's: all
+        its tasks at once)."""
         data = AllocationInput(data=request.data, context={"request": request, "what_if": True})
         data.is_valid(raise_exception=True)
-        within_quota(tenant=data.validated_data["tenant_obj"], fields=data.model_fields())
+        array = data.array_spec()
+        within_quota(tenant=data.validated_data["tenant_obj"], fields=data.model_fields(),
+                     tasks=1 if array is None else len(array[1]))
         return Response(decisions.what_if(data.validated_data["resource_group"], data.validated_data["tenant_obj"],
                                           data.model_fields(), request.user.get_username()))
 

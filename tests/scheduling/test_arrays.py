@@ -97,6 +97,22 @@ def test_an_array_is_admitted_all_or_nothing_and_a_bad_spec_names_the_field(clus
     assert not Allocation.objects.exists()
 
 
+@pytest.mark.django_db
+def test_an_array_s_what_if_is_refused_past_the_quota_as_its_submission_is(cluster):
+    """The what-if counted one task against the quota: it said an array would start that its
+    submission refuses whole."""
+    alice = client_for("alice")  # the quota allows 10 allocations and 8 nodes
+    too_many = post(alice, "/api/v1/allocations/what-if/", {"resource_group": "rg-main", "vcluster": "hpc",
+                                                             "per_node": {"gpu": 1}, "array": "0-10"})
+    assert too_many.status_code == 409, too_many.json()
+    assert {k: too_many.json()[k] for k in ("quota", "current", "requested", "limit")} == {
+        "quota": "max_concurrent_allocations", "current": 0, "requested": 11, "limit": 10}
+    fits = post(alice, "/api/v1/allocations/what-if/", {"resource_group": "rg-main", "vcluster": "hpc",
+                                                        "per_node": {"gpu": 1}, "array": "0-7"})
+    assert fits.status_code == 200 and fits.json()["outcome"] == "fits"
+    assert not Allocation.objects.exists()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_throttle_holds_while_passes_race_and_tasks_end(cluster, django_capture_on_commit_callbacks):
     """Eight threads run passes of the group while another ends running tasks; a watcher on its
