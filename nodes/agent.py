@@ -312,11 +312,22 @@ def sim_seconds(text: str) -> float:
     return value
 
 
+def url_problem(url: str) -> str | None:
+    """What makes ``--url`` unusable, or None: not ws:// or wss://, no host, or a port the connection
+    would refuse with a traceback (not a number, past 65535) or an unclosed [IPv6 address."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        usable = parts.scheme in ("ws", "wss") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:
+        usable = False
+    return None if usable else f"--url {url!r} is not a ws:// or wss:// URL (ws://HOST/ws/agent/)"
+
+
 def _settings(url: str, token_file: str, workdir: str) -> tuple[str, Path]:
     """The token and the work directory, checked with the URL before the first connection."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("ws", "wss") or not parts.hostname:
-        raise ValueError(f"--url {url!r} is not a ws:// or wss:// URL (ws://HOST/ws/agent/)")
+    problem = url_problem(url)
+    if problem is not None:
+        raise ValueError(problem)
     try:
         with open(token_file, "rb") as f:
             token = f.read(TOKEN_FILE_LIMIT + 1).decode().strip()

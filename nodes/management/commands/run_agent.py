@@ -43,6 +43,9 @@ class Command(BaseCommand):
                     "--sim-seconds", str(options["sim_seconds"])]
             flags = [f"--{name.replace('_', '-')}" for name in ("simulate", "unmapped_as_agent") if options[name]]
             raise SystemExit(agent.main(argv + flags))
+        problem = agent.url_problem(options["url"])
+        if problem is not None:
+            raise CommandError(problem, returncode=2)
         require_migrated()  # the fleet is read from the nodes, and issued tokens
         fleet = []
         for node in Node.objects.order_by("name"):
