@@ -91,6 +91,9 @@ def site_root(url: str) -> str:
         parts.port  # noqa: B018  (a port that is not one raises here, not in the request)
     except ValueError as exc:
         raise ConfigError(f"{url!r} is not a usable URL: {exc}") from None
+    if "@" in parts.netloc:  # (not echoed: it would print the password)
+        raise ConfigError("a server URL naming a user or password (USER:PASSWORD@HOST) is not usable: the API "
+                          "takes a token; give http(s)://HOST[:PORT]")
     if not parts.hostname or not root.isprintable() or any(c.isspace() for c in root):
         raise ConfigError(f"{url!r} is not a usable URL: it needs a host, and no spaces")
     if parts.query or parts.fragment or "?" in root or "#" in root:

@@ -44,6 +44,11 @@ def test_the_flag_wins_over_the_environment_which_wins_over_the_config(own_confi
 def test_a_bad_url_or_config_is_exit_2(own_config, capsys):
     assert main(["--url", "lattice.example", "list"], out=io.StringIO()) == 2
     assert "not an http:// or https:// URL" in capsys.readouterr().err
+    # A user and password were sent to the resolver as part of the host name (exit 1, "cannot
+    # reach"), and the message printed the password.
+    assert main(["--url", "http://me:s3cret@127.0.0.1:9", "list"], out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert "naming a user or password" in err and "s3cret" not in err
     own_config.parent.mkdir(parents=True)
     own_config.write_text("[1,")
     assert main(["list"], out=io.StringIO()) == 2
