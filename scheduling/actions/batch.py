@@ -46,7 +46,7 @@ def allocation_hold(*, allocation: Allocation, actor: Any, reason: str, operator
     with transaction.atomic():
         alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
         if alloc.state not in HOLDABLE:
-            raise Conflict(f"allocation {alloc.pk} is {alloc.state}: only pending work can be held")
+            raise Conflict(f"allocation {alloc.pk} is {alloc.state}: only pending (or suspended) work can be held")
         if alloc.held and (alloc.held_by == by or alloc.held_by == HeldBy.OPERATOR):
             raise Conflict(f"allocation {alloc.pk} is already held (by {alloc.held_by or 'its tenant'})")
         before = {"held": alloc.held, "held_by": alloc.held_by}

@@ -381,7 +381,7 @@ def test_an_action_refused_says_why_on_a_page_with_the_navigation_and_a_way_back
     member = tenant_physics.memberships.first().user
     cases = [(member, f"/jobs/{job.pk}/cancel/", {"confirmed": "1"}, 409, "already ended", f"/jobs/{job.pk}/"),
              (operator, f"/jobs/{job.pk}/hold/", {"reason": ""}, 400, "a reason is required", f"/jobs/{job.pk}/"),
-             (operator, f"/jobs/{job.pk}/hold/", {"reason": "x"}, 409, "only pending work can be held", f"/jobs/{job.pk}/"),
+             (operator, f"/jobs/{job.pk}/hold/", {"reason": "x"}, 409, "only pending (or suspended) work can be held", f"/jobs/{job.pk}/"),
              (operator, f"/ops/allocations/{job.pk}/override/", {"action": "protect", "reason": "r"}, 400, "hours",
               f"/jobs/{job.pk}/"),
              (operator, f"/ops/groups/{resource_group.name}/pause/", {"paused": "1"}, 400, "a reason is required",
