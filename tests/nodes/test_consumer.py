@@ -398,9 +398,9 @@ def test_commands_reach_the_agent_through_its_group(agent_node, resource_group, 
     assert frame["resume_from_checkpoint"] is False
 
 
-def test_second_connection_replaces_the_first_with_4409(agent_node):
-    node, token = agent_node
-
+def _one_connection_then_another(token: str) -> tuple[dict, dict]:
+    """What the first connection of a node gets once a second is made, and the second's answer to
+    a heartbeat."""
     async def scenario():
         first = _comm(token)
         await first.connect(timeout=10)
@@ -411,7 +411,11 @@ def test_second_connection_replaces_the_first_with_4409(agent_node):
         await second.disconnect()
         return out, ok
 
-    out, ok = run(scenario)
+    return run(scenario)
+
+
+def test_second_connection_replaces_the_first_with_4409(agent_node):
+    out, ok = _one_connection_then_another(agent_node[1])
     assert out == {"type": "websocket.close", "code": 4409}
     assert ok["type"] == "ack"
 
@@ -423,18 +427,7 @@ def test_the_newer_connection_stays_whatever_the_servers_clock_says(agent_node, 
     node, token = agent_node
     clock = iter([2_000_000_000_000_000_000, 1_000_000_000_000_000_000])
     monkeypatch.setattr(time, "time_ns", lambda: next(clock, 0))
-
-    async def scenario():
-        first = _comm(token)
-        await first.connect(timeout=10)
-        second = _comm(token)
-        await second.connect(timeout=10)
-        out = await first.receive_output(timeout=5)
-        ok = await _send(second, {"type": "heartbeat", "id": "b", "seq": 1, "running": []})
-        await second.disconnect()
-        return out, ok
-
-    out, ok = run(scenario)
+    out, ok = _one_connection_then_another(token)
     assert out == {"type": "websocket.close", "code": 4409} and ok["type"] == "ack"
     assert Node.objects.get(pk=node.pk).agent_connections == 2
 

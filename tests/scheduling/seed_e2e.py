@@ -6,12 +6,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
 from nodes.models import Node
 from scheduling.models import Allocation, ResourceGroup, VCluster
+from tests.nodes.test_end_to_end import ControlPlane
 
 
 def client_for(username: str) -> Client:
@@ -52,3 +54,13 @@ def explain(c: Client, alloc_id: int) -> dict[str, Any]:
     assert response.status_code == 200, response.content
     result: dict[str, Any] = response.json()
     return result
+
+
+@pytest.fixture(scope="module", name="control_plane")
+def one_control_plane(django_db_setup):
+    """One Daphne for every test of the module that imports it (test_end_to_end's, started once):
+    each test makes its own nodes and agents, and the database is emptied between tests."""
+    server = ControlPlane()
+    server.start()
+    yield server
+    server.stop()

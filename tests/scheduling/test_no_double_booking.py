@@ -186,6 +186,18 @@ def test_a_victim_losing_one_of_its_nodes_is_killed_on_the_others_before_they_ar
     assert _state(wide) == "failed"
 
 
+def _stopped(agents, alloc, stop: str) -> datetime:
+    """Cancel ``alloc`` or let its ten-minute walltime pass; it is terminating. Returns when."""
+    alloc.refresh_from_db()
+    at = alloc.started_at + timedelta(minutes=10)
+    if stop == "cancel":
+        agents.step(allocation_cancel, allocation=alloc, actor=None)
+    else:
+        agents.step(sweep, now=at)
+    assert _state(alloc) == "terminating"
+    return at
+
+
 @pytest.mark.parametrize("stop", ["cancel", "walltime"])
 def test_work_cancelled_or_past_its_walltime_frees_its_node_only_when_gone(
         resource_group, vcluster_hpc, node_gpu_a, make_allocation, agents, stop):
@@ -193,13 +205,7 @@ def test_work_cancelled_or_past_its_walltime_frees_its_node_only_when_gone(
     agents.step(schedule_pass, resource_group.pk)
     waiting = _job(make_allocation, vcluster_hpc, 2)  # same class: it waits, it does not preempt
     agents.step(schedule_pass, resource_group.pk)
-    first.refresh_from_db()
-    at = first.started_at + timedelta(minutes=10)
-    if stop == "cancel":
-        agents.step(allocation_cancel, allocation=first, actor=None)
-    else:
-        agents.step(sweep, now=at)
-    assert _state(first) == "terminating"
+    _stopped(agents, first, stop)
     agents.step(schedule_pass, resource_group.pk)
     assert _state(waiting) == "pending"  # terminate is only SIGTERM: it may still run
     deadline = Allocation.objects.get(pk=first.pk).deadline_at
@@ -219,13 +225,7 @@ def test_work_on_two_nodes_frees_each_only_as_its_process_there_is_gone(
     agents.step(schedule_pass, resource_group.pk)
     waiting = _job(make_allocation, vcluster_hpc, 2)
     agents.step(schedule_pass, resource_group.pk)
-    wide.refresh_from_db()
-    at = wide.started_at + timedelta(minutes=10)
-    if stop == "cancel":
-        agents.step(allocation_cancel, allocation=wide, actor=None)
-    else:
-        agents.step(sweep, now=at)
-    assert _state(wide) == "terminating"
+    at = _stopped(agents, wide, stop)
     first, second = "gpu-a", "gpu-b"
     agents.step(agents.exit, first, wide, code=-15, reason="terminated", now=at + timedelta(seconds=1))
     agents.step(agents.exit, first, wide, code=-15, reason="terminated", now=at + timedelta(seconds=1))  # again

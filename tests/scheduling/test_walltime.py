@@ -9,20 +9,12 @@ from datetime import timedelta
 
 import pytest
 
-from scheduling.actions import release
 from scheduling.actions.lifecycle import allocation_deadline, allocation_exited, sweep
 from scheduling.models import Allocation, Placement, PreemptionDecision
 from scheduling.passes.run import schedule_pass
+from tests.scheduling.test_cancel_running import commands  # noqa: F401  (what the agents are told)
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def commands(monkeypatch):
-    sent: list[tuple[str, str, str]] = []
-    monkeypatch.setattr(release, "agent_command_on_commit",
-                        lambda node, frame: sent.append((node, type(frame).__name__, frame.allocation)))
-    return sent
 
 
 def _running(resource_group, vcluster, make_allocation, **kw) -> Allocation:
@@ -39,7 +31,7 @@ def _fresh(alloc: Allocation) -> Allocation:
 
 
 def test_work_past_its_walltime_is_stopped_keeps_its_node_until_gone_and_fails(
-        resource_group, vcluster_hpc, node_gpu_a, make_allocation, commands):
+        resource_group, vcluster_hpc, node_gpu_a, make_allocation, commands):  # noqa: F811
     job = _running(resource_group, vcluster_hpc, make_allocation, walltime_minutes=60,
                    requeue_policy="on_node_failure")
     assert sweep(now=job.started_at + timedelta(minutes=59, seconds=59))["walltime"] == 0
@@ -62,7 +54,8 @@ def test_work_past_its_walltime_is_stopped_keeps_its_node_until_gone_and_fails(
     assert not Allocation.objects.filter(requeued_from=job).exists()  # a timeout is no node failure
 
 
-def test_no_exit_within_the_grace_is_killed(resource_group, vcluster_hpc, node_gpu_a, make_allocation, commands):
+def test_no_exit_within_the_grace_is_killed(resource_group, vcluster_hpc, node_gpu_a, make_allocation,
+                                            commands):  # noqa: F811
     job = _running(resource_group, vcluster_hpc, make_allocation, walltime_minutes=5)
     sweep(now=job.started_at + timedelta(minutes=6))
     job = _fresh(job)

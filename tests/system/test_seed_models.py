@@ -29,23 +29,21 @@ from scheduling.models import (
     TenantShare,
 )
 from scheduling.passes.run import schedule_pass
-from tests.nodes.test_end_to_end import ControlPlane, agent_factory, daphne, wait_for  # noqa: F401
-from tests.scheduling.seed_e2e import client_for, explain, nodes, states, submit, submitted
+from tests.nodes.test_end_to_end import agent_factory, daphne, wait_for  # noqa: F401
+from tests.scheduling.seed_e2e import (
+    client_for,
+    explain,
+    nodes,
+    one_control_plane,  # noqa: F401  (the module's one Daphne)
+    states,
+    submit,
+    submitted,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 SIM_RUN_S = "600"  # simulated work outlives every test
 STARVATION_S = 30
-
-
-@pytest.fixture(scope="module")
-def control_plane(django_db_setup):
-    """One Daphne for every test of the module (test_end_to_end's, started once): each test makes
-    its own nodes and agents, and the database is emptied between tests."""
-    server = ControlPlane()
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -18,18 +18,17 @@ from nodes.actions import agent_token_issue
 from nodes.models import Node
 from scheduling.actions.lifecycle import sweep
 from scheduling.models import Allocation, Membership, Placement
-from tests.nodes.test_end_to_end import ControlPlane, agent_factory, daphne, wait_for  # noqa: F401
-from tests.scheduling.seed_e2e import client_for, nodes, started_ago, states, submitted
+from tests.nodes.test_end_to_end import agent_factory, daphne, wait_for  # noqa: F401
+from tests.scheduling.seed_e2e import (
+    client_for,
+    nodes,
+    one_control_plane,  # noqa: F401  (the module's one Daphne)
+    started_ago,
+    states,
+    submitted,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(scope="module")
-def control_plane(django_db_setup):
-    server = ControlPlane()
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(autouse=True)
