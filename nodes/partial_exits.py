@@ -18,7 +18,12 @@ from datetime import datetime
 from django.db import transaction
 
 from nodes.models import Node, NodeState
-from scheduling.actions.lifecycle import ONE_NODE_EXITED, SIGNALLED, victim_stopping
+from scheduling.actions.lifecycle import (
+    CHECKPOINT_FAILED_ON,
+    ONE_NODE_EXITED,
+    SIGNALLED,
+    victim_stopping,
+)
 from scheduling.actions.release import give_back_borrowed
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.states import State
@@ -33,9 +38,9 @@ def exited_on_one_node(*, allocation: Allocation, node: Node, exit_code: int | N
     (lifecycle.allocation_exited)."""
     with transaction.atomic():
         alloc = Allocation.objects.select_for_update(of=("self",)).get(pk=allocation.pk)
-        if alloc.state not in (State.RUNNING, State.TERMINATING):
+        if alloc.state not in (State.RUNNING, State.CHECKPOINTING, State.TERMINATING):
             return False
-        if alloc.state == State.RUNNING and reason in SIGNALLED:
+        if alloc.state != State.TERMINATING and reason in SIGNALLED:
             return False  # an earlier run's exit, reported late: allocation_exited ignores it
         others = (Placement.objects.filter(allocation=alloc, kind="assigned").exclude(node=node)
                   .exclude(node__state=NodeState.DOWN).count())
@@ -45,10 +50,18 @@ def exited_on_one_node(*, allocation: Allocation, node: Node, exit_code: int | N
         if not removed:
             return True  # this node's exit was applied before
         give_back_borrowed([node.pk])
-        going_on = "still running" if alloc.state == State.RUNNING else "still leaving"
+        going_on = {State.RUNNING: "still running", State.CHECKPOINTING: "still checkpointing"}.get(
+            alloc.state, "still leaving")
         AllocationEvent.objects.create(
             allocation=alloc, from_state=alloc.state, to_state=alloc.state,
             reason=f"{ONE_NODE_EXITED}{node.name}: {reason} ({exit_code}); {others} more node(s) {going_on}"[:255])
-        if alloc.state == State.RUNNING and not (reason == "completed" and exit_code == 0):
+        if alloc.state == State.TERMINATING or (reason == "completed" and exit_code == 0):
+            return True
+        # The work failed: its exit code is this one, whatever the other processes exit with.
+        Allocation.objects.filter(pk=alloc.pk).update(exit_code=exit_code)
+        alloc.exit_code = exit_code
+        if alloc.state == State.RUNNING:
             victim_stopping(alloc, f"{ONE_NODE_EXITED}{node.name}: {reason} ({exit_code})", now, command="terminate")
+        else:  # checkpointing: its checkpoint failed with it, the other processes are killed (as for a failed one)
+            victim_stopping(alloc, f"{CHECKPOINT_FAILED_ON}{node.name}: {reason} ({exit_code})", now, command="kill")
         return True

@@ -36,6 +36,13 @@ HOLD_MARGIN_S = 60
 LEAVE_GRACE_S = TERMINATE_GRACE_S + 5
 WALLTIME_EXCEEDED = "walltime exceeded"  # the start of the reason of work stopped at its walltime
 ONE_NODE_EXITED = "exited on "  # ... of work stopped as its process on one of its nodes failed
+CHECKPOINT_FAILED_ON = f"checkpoint failed: {ONE_NODE_EXITED}"  # ... the same, while checkpointing
+
+
+def failed_on_a_node(alloc: Allocation) -> bool:
+    """Whether ``alloc`` is being stopped as its process failed on one of its nodes: the work
+    failed, so the others' exit 0 does not make it completed."""
+    return alloc.fail_reason.startswith((ONE_NODE_EXITED, CHECKPOINT_FAILED_ON))
 
 
 def mode_of(alloc: Allocation) -> str:
@@ -74,7 +81,7 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
         mode = mode_of(alloc)
         fields = {"exit_code": exit_code}
         done = reason == "completed" and exit_code == 0
-        if done and alloc.state in (State.CHECKPOINTING, State.TERMINATING):
+        if done and alloc.state in (State.CHECKPOINTING, State.TERMINATING) and not failed_on_a_node(alloc):
             # It finished on its own before it could be stopped (its report may come late, after a
             # reconnect): its work is done, so it is completed, neither failed nor run again.
             allocation_transition(allocation=alloc, to=State.COMPLETED, now=moment,
@@ -84,7 +91,9 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
         elif alloc.state == State.TERMINATING and alloc.cancel_asked:
             stopped_cancelled(alloc, f"exited: {reason} ({exit_code})", moment, fields=fields)
         elif alloc.state == State.TERMINATING and alloc.fail_reason:
-            stopped_failed(alloc, f"exited: {reason} ({exit_code})", moment, fields=fields)
+            # A process failed on another node: its exit code is the work's (kept), not this one's.
+            stopped_failed(alloc, f"exited: {reason} ({exit_code})", moment,
+                           fields={} if failed_on_a_node(alloc) else fields)
         elif alloc.state == State.TERMINATING:
             if alloc.requeue_asked:  # an operator's requeue: back to the queue whatever the mode
                 requeue(alloc, reason="requeued by an operator", resume=False, now=moment, **fields)

@@ -261,6 +261,7 @@ def test_running_work_on_two_nodes_whose_process_fails_on_one_stops_on_the_other
     wide.refresh_from_db()
     assert wide.state == "failed" and wide.events.latest("id").reason == (
         "exited on gpu-a: failed (1); exited: terminated (-15)")
+    assert wide.exit_code == 1  # the failed process's, not the one stopped for it
     assert not Allocation.objects.filter(requeued_from=wide).exists()  # a failed process, not a lost node
     agents.step(schedule_pass, resource_group.pk)
     assert [_state(w) for w in waiting] == ["running", "running"] and agents.violations == []
@@ -276,3 +277,65 @@ def test_running_work_on_two_nodes_completes_when_its_last_process_does(resource
     assert list(wide.placements.values_list("node__name", flat=True)) == ["gpu-a"]
     agents.step(agents.exit, "gpu-a", wide, code=0, reason="completed", now=now + timedelta(seconds=1))
     assert _state(wide) == "completed" and not wide.placements.exists()
+
+
+def test_a_checkpointing_victim_on_two_nodes_whose_process_fails_on_one_is_killed_on_the_other_first(
+        resource_group, vcluster_hpc, two_nodes, make_allocation, agents):
+    """A rank of a two-node victim dies while checkpointing. The exit failed the victim and freed
+    both nodes with no word to the other node's agent: its process ran on while the preemptor
+    started there. Now the failed node is freed, the other process is killed and keeps its node
+    until gone; the victim ends failed as a failed checkpoint."""
+    wide = _job(make_allocation, vcluster_hpc, 2, nodes=2)
+    agents.step(schedule_pass, resource_group.pk)
+    high = _job(make_allocation, vcluster_hpc, 7, nodes=2)
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(wide) == "checkpointing"
+    now = timezone.now()
+    agents.step(agents.exit, "gpu-a", wide, code=1, reason="failed", now=now)
+    wide.refresh_from_db()
+    assert wide.state == "terminating"
+    assert list(wide.placements.values_list("node__name", flat=True)) == ["gpu-b"]
+    assert agents.sent[-1] == ("gpu-b", "kill", str(wide.pk))
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(high) == "pending" and agents.violations == []
+
+    agents.step(agents.exit, "gpu-b", wide, code=-9, reason="killed", now=now + timedelta(seconds=1))
+    wide.refresh_from_db()
+    assert wide.state == "failed" and wide.events.latest("id").reason.startswith(
+        "checkpoint failed: exited on gpu-a: failed (1)")
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(high) == "running" and agents.violations == []
+
+
+def test_a_checkpointing_victim_on_two_nodes_whose_process_completes_on_one_keeps_the_other(
+        resource_group, vcluster_hpc, two_nodes, make_allocation, agents):
+    wide = _job(make_allocation, vcluster_hpc, 2, nodes=2)
+    agents.step(schedule_pass, resource_group.pk)
+    high = _job(make_allocation, vcluster_hpc, 7, nodes=2)
+    agents.step(schedule_pass, resource_group.pk)
+    now = timezone.now()
+    agents.step(agents.exit, "gpu-b", wide, code=0, reason="completed", now=now)
+    assert _state(wide) == "checkpointing"  # gpu-a's process is still saving its checkpoint
+    assert list(wide.placements.values_list("node__name", flat=True)) == ["gpu-a"]
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(high) == "pending" and agents.violations == []
+    agents.step(agents.exit, "gpu-a", wide, code=0, reason="completed", now=now + timedelta(seconds=1))
+    assert _state(wide) == "completed"
+    agents.step(schedule_pass, resource_group.pk)
+    assert _state(high) == "running" and agents.violations == []
+
+
+def test_work_on_two_nodes_failed_on_one_ends_failed_though_the_other_then_exits_0(
+        resource_group, vcluster_hpc, two_nodes, make_allocation, agents):
+    """The last node's exit 0 in the grace ended the work completed, whichever failure came first:
+    a job with a failed rank was recorded as having done its work (the end depended on the order
+    the reports came in)."""
+    wide = _job(make_allocation, vcluster_hpc, 2, nodes=2)
+    agents.step(schedule_pass, resource_group.pk)
+    now = timezone.now()
+    agents.step(agents.exit, "gpu-a", wide, code=3, reason="failed", now=now)
+    agents.step(agents.exit, "gpu-b", wide, code=0, reason="completed", now=now + timedelta(seconds=1))
+    wide.refresh_from_db()
+    assert wide.state == "failed" and wide.exit_code == 3  # never failed with exit code 0
+    assert wide.events.latest("id").reason == "exited on gpu-a: failed (3); exited: completed (0)"
+    assert not wide.placements.exists()
