@@ -3,7 +3,9 @@
 An allocation is billed for every second it holds its nodes: from each event that moves it
 into a holding state (running, checkpointing, terminating: a victim saving its checkpoint
 still occupies its GPUs) to the next event that moves it out (suspended, pending again after a
-requeue, completed, failed, cancelled, preempted). Suspended and pending time is free. A
+requeue, completed, failed, cancelled, preempted). Work of several nodes whose process is gone
+on one of them frees that node alone (an event in the same state says so): from then on that
+node is not billed. Suspended and pending time is free. A
 requeued copy is an allocation of its own and billed for its own runs. Each interval is split
 at midnight UTC, so a day's figure is exactly what ran within that day, and an interval still
 open is counted up to ``until`` (or now).
@@ -22,11 +24,11 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Q
+from django.db.models import BooleanField, Case, F, Q, Value, When
 from django.utils import timezone
 
 from scheduling.models import Allocation, AllocationEvent, ResourceGroup, Tenant, VCluster
-from scheduling.states import HOLDING
+from scheduling.states import HOLDING, ONE_NODE_EXITED
 
 GROUP_BY_FIELDS = ("tenant", "user", "vcluster", "resource_group", "day")
 MICRO = 1_000_000
@@ -80,6 +82,35 @@ def holding_spans(events: Iterable[tuple[str, datetime]], *, until: datetime,
     return [(s, e) for s, e in spans if e > s]
 
 
+def holding_pieces(events: Iterable[tuple[str, datetime, bool]], *, until: datetime, nodes: int,
+                   states: Collection[str] = HOLDING) -> list[tuple[datetime, datetime, int]]:
+    """The spans of ``holding_spans`` with the number of nodes held in each, from events (to_state,
+    at, whether it freed one node): work of several nodes frees each node as its process there is
+    gone (nodes/partial_exits.py), and is not billed for a node once it is free."""
+    pieces: list[tuple[datetime, datetime, int]] = []
+    since: datetime | None = None
+    held = nodes
+    for to_state, at, freed in events:
+        if to_state in states:
+            if since is None:
+                since, held = at, nodes
+            elif freed and held > 1:
+                pieces.append((since, min(at, until), held))
+                since, held = at, held - 1
+        elif since is not None:
+            pieces.append((since, min(at, until), held))
+            since = None
+    if since is not None:
+        pieces.append((since, until, held))
+    return [(s, e, n) for s, e, n in pieces if e > s]
+
+
+def freed_one_node() -> Case:
+    """Whether an event freed one node of its allocation (see holding_pieces), as a column."""
+    return Case(When(Q(reason__startswith=ONE_NODE_EXITED) & Q(from_state=F("to_state")), then=Value(True)),
+                default=Value(False), output_field=BooleanField())
+
+
 IDS_PER_QUERY = 20_000
 
 
@@ -101,24 +132,23 @@ def intervals(*, since: datetime, until: datetime | None = None, tenant_ids: Seq
     allocs = {row["id"]: row for row in _candidates(since, tenant_ids, states)}
     if not allocs:
         return []
-    history: dict[int, list[tuple[str, datetime]]] = defaultdict(list)
+    history: dict[int, list[tuple[str, datetime, bool]]] = defaultdict(list)
     ids = sorted(allocs)
     for lo in range(0, len(ids), IDS_PER_QUERY):  # PostgreSQL takes at most 65,535 parameters
         events = (AllocationEvent.objects.filter(allocation_id__in=ids[lo:lo + IDS_PER_QUERY], created_at__lt=until)
-                  .order_by("allocation_id", "created_at", "id")
-                  .values_list("allocation_id", "to_state", "created_at"))
-        for alloc_id, to_state, at in events.iterator(chunk_size=5000):
-            history[alloc_id].append((to_state, at))
+                  .annotate(freed=freed_one_node()).order_by("allocation_id", "created_at", "id")
+                  .values_list("allocation_id", "to_state", "created_at", "freed"))
+        for alloc_id, to_state, at, freed in events.iterator(chunk_size=5000):
+            history[alloc_id].append((to_state, at, freed))
     out: list[Interval] = []
     for alloc_id, evs in history.items():
         row = allocs[alloc_id]
-        for start, end in holding_spans(evs, until=until, states=states):
+        for start, end, nodes in holding_pieces(evs, until=until, nodes=row["node_count"], states=states):
             start, end = max(start, since), min(end, until)
             if end > start:
                 out.append(Interval(alloc_id, row["tenant_id"], row["user_id"], row["vcluster_id"],
-                                    row["resource_group_id"], row["node_count"] * row["per_node_gpu"],
-                                    row["node_count"], start, end, row["node_count"] * row["per_node_cpu"],
-                                    row["node_count"] * row["per_node_memory"]))
+                                    row["resource_group_id"], nodes * row["per_node_gpu"], nodes, start, end,
+                                    nodes * row["per_node_cpu"], nodes * row["per_node_memory"]))
     return out
 
 

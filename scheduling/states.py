@@ -35,6 +35,9 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 FINAL = frozenset(s for s, targets in TRANSITIONS.items() if not targets)
 # States that hold capacity on nodes.
 HOLDING = frozenset({State.RUNNING, State.CHECKPOINTING, State.TERMINATING})
+# The start of the reason of the event (in the same holding state) that frees one node of work of
+# several whose process there is gone (nodes/partial_exits.py); the accounting stops billing that node.
+ONE_NODE_EXITED = "exited on "
 
 
 def allowed(from_state: str, to_state: str) -> bool:

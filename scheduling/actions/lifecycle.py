@@ -29,13 +29,12 @@ from scheduling.dispatch import DEADLINES, event_on_commit, task_on_commit
 from scheduling.engine.model import effective_mode
 from scheduling.models import Allocation, AllocationEvent, Placement, ResourceGroup
 from scheduling.passes.snapshot import policy_of
-from scheduling.states import FINAL, HOLDING, State
+from scheduling.states import FINAL, HOLDING, ONE_NODE_EXITED, State
 
 HOLD_MARGIN_S = 60
 # How long a terminating allocation has to report its exit before it is killed and counted gone.
 LEAVE_GRACE_S = TERMINATE_GRACE_S + 5
 WALLTIME_EXCEEDED = "walltime exceeded"  # the start of the reason of work stopped at its walltime
-ONE_NODE_EXITED = "exited on "  # ... of work stopped as its process on one of its nodes failed
 CHECKPOINT_FAILED_ON = f"checkpoint failed: {ONE_NODE_EXITED}"  # ... the same, while checkpointing
 
 

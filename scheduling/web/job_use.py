@@ -1,6 +1,6 @@
 """What a job has used, for its page: elapsed time of its current (or last) run, the nodes it holds
 or last ran on, and GPU-hours billed so far, counted by the accounting's own rule
-(scheduling/accounting.py: every second it held its nodes, times its GPUs) from its events."""
+(scheduling/accounting.py: every second it held each node, times its GPUs there) from its events."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from scheduling import accounting
 from scheduling.models import Allocation, AllocationEvent
-from scheduling.states import FINAL, HOLDING
+from scheduling.states import FINAL, HOLDING, ONE_NODE_EXITED
 
 
 def words(delta: timedelta) -> str:
@@ -20,9 +20,11 @@ def words(delta: timedelta) -> str:
 
 
 def job_use(alloc: Allocation, events: Iterable[AllocationEvent], now: datetime) -> dict[str, Any]:
-    spans = accounting.holding_spans([(e.to_state, e.created_at) for e in events], until=now)
+    pieces = accounting.holding_pieces(
+        [(e.to_state, e.created_at, e.from_state == e.to_state and e.reason.startswith(ONE_NODE_EXITED))
+         for e in events], until=now, nodes=alloc.node_count)
     gpus = alloc.node_count * alloc.per_node_gpu
-    held = sum((accounting.micros(end - start) for start, end in spans), 0)
+    held = sum((accounting.micros(end - start) * nodes for start, end, nodes in pieces), 0)
     elapsed = elapsed_s = None
     if alloc.started_at is not None:
         end = alloc.ended_at if alloc.state in FINAL and alloc.ended_at else (
@@ -33,6 +35,6 @@ def job_use(alloc: Allocation, events: Iterable[AllocationEvent], now: datetime)
     # While it holds its nodes both figures grow by the second: the page counts on from them
     # (static/js/tick.js) between the live feed's refreshes, which come only with events.
     ticking = alloc.state in HOLDING and elapsed_s is not None
-    return {"gpu_hours": held * gpus / accounting.MICRO / 3600, "elapsed": elapsed, "elapsed_s": elapsed_s,
+    return {"gpu_hours": held * alloc.per_node_gpu / accounting.MICRO / 3600, "elapsed": elapsed, "elapsed_s": elapsed_s,
             "ticking": ticking, "gpus": gpus,
             "nodes": nodes or list(alloc.ran_on or []), "nodes_now": bool(nodes)}

@@ -157,3 +157,22 @@ def test_usage_csv_never_gives_a_spreadsheet_a_formula(preempted_and_resumed, ap
     assert int(gpu_seconds) == int((DAY0_SECONDS + DAY1_SECONDS) * 8)
     assert float(node_hours) == pytest.approx((DAY0_SECONDS + DAY1_SECONDS) * 2 / 3600, abs=1e-5)
     assert client.get("/api/v1/usage/", window).json()["rows"][0]["user"] == "-1+1"  # JSON is as stored
+
+
+@pytest.mark.django_db
+def test_work_of_two_nodes_is_not_billed_for_a_node_its_process_there_has_left(make_allocation, vcluster_hpc,
+                                                                                tenant_physics):
+    """Each node of multi-node work is freed as its process there is gone, and others may run there:
+    billing both nodes to the end counted that node's GPUs twice."""
+    alloc = history(make_allocation(node_count=2, per_node_gpu=4, vcluster=vcluster_hpc, submitted_at=at(3, 0, 0)),
+                    [("pending", at(3, 0, 0)), ("running", at(3, 1, 0))])
+    for reason, moment in (("started on gpu-a (pid 1), gpu-b (pid 2)", at(3, 1, 0, 1)),
+                           ("exited on gpu-b: completed (0); 1 more node(s) still running", at(3, 2, 0))):
+        event = AllocationEvent.objects.create(allocation=alloc, from_state="running", to_state="running",
+                                               reason=reason)
+        AllocationEvent.objects.filter(pk=event.pk).update(created_at=moment)
+    event = AllocationEvent.objects.create(allocation=alloc, from_state="running", to_state="completed")
+    AllocationEvent.objects.filter(pk=event.pk).update(created_at=at(3, 4, 0))
+    sums = accounting.totals(accounting.intervals(since=at(3, 0, 0), until=at(4, 0, 0)), ("tenant",))
+    # 1 h on both nodes (8 GPUs), then 2 h on one (4 GPUs)
+    assert sums == {(tenant_physics.pk,): ((3600 * 8 + 7200 * 4) * 1_000_000, (3600 * 2 + 7200) * 1_000_000)}
