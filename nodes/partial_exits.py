@@ -26,6 +26,7 @@ from scheduling.actions.lifecycle import (
 )
 from scheduling.actions.release import give_back_borrowed
 from scheduling.models import Allocation, AllocationEvent, Placement
+from scheduling.pass_asks import request_pass_on_commit
 from scheduling.states import State
 
 
@@ -50,6 +51,7 @@ def exited_on_one_node(*, allocation: Allocation, node: Node, exit_code: int | N
         if not removed:
             return True  # this node's exit was applied before
         give_back_borrowed([node.pk])
+        request_pass_on_commit(alloc.resource_group_id)  # the freed node may take waiting work now
         going_on = {State.RUNNING: "still running", State.CHECKPOINTING: "still checkpointing"}.get(
             alloc.state, "still leaving")
         AllocationEvent.objects.create(

@@ -23,7 +23,7 @@ from django.utils import timezone
 from nodes.models import Node, NodeState
 from scheduling.models import Allocation, AllocationEvent, Placement, PolicyChange, Quota
 from scheduling.models.allocations import RESOURCES
-from scheduling.states import HOLDING, State
+from scheduling.states import HOLDING, ONE_NODE_EXITED, State
 
 LEAVING = (State.CHECKPOINTING, State.TERMINATING)
 # How long a victim stopped by a checkpoint timeout may still run: the terminate grace the
@@ -178,7 +178,9 @@ def exited_zero_recorded_failed(*, exits: Exits | None = None) -> list[str]:
     for pk in (Allocation.objects.filter(pk__in=reported, state=State.FAILED).exclude(exit_code=0)
                .order_by("pk").values_list("pk", flat=True)):
         reason = (AllocationEvent.objects.filter(allocation_id=pk, to_state=State.FAILED)
-                  .values_list("reason", flat=True).first())
+                  .values_list("reason", flat=True).first()) or ""
+        if reason.startswith((ONE_NODE_EXITED, f"checkpoint failed: {ONE_NODE_EXITED}")):
+            continue  # work of several nodes whose process failed on another: one completed rank is not the work
         out.append(f"#{pk} is failed ({reason}) though its agent reported it completed with exit 0")
     return out
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from nodes import partial_exits
 from nodes.actions import allocation_report, node_heartbeat, node_liveness_sweep
 from nodes.models import Node
 from nodes.protocol import Exited, Heartbeat
@@ -339,3 +340,14 @@ def test_work_on_two_nodes_failed_on_one_ends_failed_though_the_other_then_exits
     assert wide.state == "failed" and wide.exit_code == 3  # never failed with exit code 0
     assert wide.events.latest("id").reason == "exited on gpu-a: failed (3); exited: completed (0)"
     assert not wide.placements.exists()
+
+
+def test_a_node_freed_by_one_process_asks_for_a_pass(resource_group, vcluster_hpc, two_nodes, make_allocation,
+                                                      agents, monkeypatch):
+    """The freed node may take waiting work at once, not at the next periodic pass."""
+    asked: list[int] = []
+    monkeypatch.setattr(partial_exits, "request_pass_on_commit", asked.append)
+    wide = _job(make_allocation, vcluster_hpc, 2, nodes=2)
+    agents.step(schedule_pass, resource_group.pk)
+    agents.step(agents.exit, "gpu-b", wide, code=0, reason="completed", now=timezone.now())
+    assert asked == [resource_group.pk] and _state(wide) == "running"
