@@ -374,26 +374,3 @@ def processed_frames_prune(*, now: datetime | None = None) -> int:
     old = list(ProcessedFrame.objects.filter(created_at__lt=cutoff).order_by("created_at")
                .values_list("pk", flat=True)[:PRUNE_BATCH])
     return ProcessedFrame.objects.filter(pk__in=old).delete()[0] if old else 0
-
-
-def node_drain(*, node: Node, actor: Any, reason: str) -> Node:
-    with transaction.atomic():
-        before = {"state": node.state}
-        Node.objects.filter(pk=node.pk).update(state=NodeState.DRAINING)
-        node.refresh_from_db()
-        nodes_changed([node.pk])
-        policy_change_record(actor=actor, action="drain", target=node, before=before, after={"state": node.state},
-                             reason=reason)
-    return node
-
-
-def node_undrain(*, node: Node, actor: Any, reason: str) -> Node:
-    with transaction.atomic():
-        before = {"state": node.state}
-        Node.objects.filter(pk=node.pk, state__in=[NodeState.DRAINING, NodeState.DRAINED]).update(
-            state=NodeState.READY)
-        node.refresh_from_db()
-        nodes_changed([node.pk])
-        policy_change_record(actor=actor, action="undrain", target=node, before=before,
-                             after={"state": node.state}, reason=reason)
-    return node

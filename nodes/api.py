@@ -11,7 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from nodes import actions, health
+from nodes import actions, drain, health
 from nodes.models import XID_LIST, Node
 from scheduling.api.pagination import ByName
 from scheduling.api.serializers import ReasonInput, RefuseUnknown
@@ -62,13 +62,13 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=ReasonInput, responses={200: NodeOutput})
     @action(detail=True, methods=["post"])
     def drain(self, request: Request, name: str | None = None) -> Response:
-        node = actions.node_drain(node=self.get_object(), actor=request.user, reason=self._reason(request))
+        node = drain.node_drain(node=self.get_object(), actor=request.user, reason=self._reason(request))
         return Response(NodeOutput(node).data)
 
     @extend_schema(request=ReasonInput, responses={200: NodeOutput})
     @action(detail=True, methods=["post"])
     def undrain(self, request: Request, name: str | None = None) -> Response:
-        node = actions.node_undrain(node=self.get_object(), actor=request.user, reason=self._reason(request))
+        node = drain.node_undrain(node=self.get_object(), actor=request.user, reason=self._reason(request))
         return Response(NodeOutput(node).data)
 
     @extend_schema(request=ThresholdsInput, responses={200: NodeOutput})

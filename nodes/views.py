@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 
-from nodes import actions, health
+from nodes import actions, drain, health
 from nodes.models import Node, NodeState
 from scheduling.models import REASON_MAX_LENGTH, Placement, PlacementDevice
 from scheduling.permissions import operator_required
@@ -42,7 +42,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
                                  f"/ops/nodes/{node.name}/") if what == "drain" else None
             if asked is not None:
                 return asked
-            (actions.node_drain if what == "drain" else actions.node_undrain)(
+            (drain.node_drain if what == "drain" else drain.node_undrain)(
                 node=node, actor=request.user, reason=reason)
             return redirect("ops-node", name=node.name)
     running = Placement.objects.filter(node=node).select_related("allocation__tenant").order_by("allocation_id")

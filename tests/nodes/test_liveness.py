@@ -59,6 +59,7 @@ def test_operators_drain_undrain_and_issue_tokens_others_cannot(client, operator
     client.force_login(operator)
     assert client.post("/api/v1/nodes/gpu-a/drain/", {}).status_code == 400
     assert client.post("/api/v1/nodes/gpu-a/drain/", {"reason": "firmware"}).json()["state"] == "draining"
+    Node.objects.filter(name="gpu-a").update(last_heartbeat_at=timezone.now())  # its agent is there
     assert client.post("/api/v1/nodes/gpu-a/undrain/", {"reason": "done"}).json()["state"] == "ready"
     assert list(PolicyChange.objects.order_by("id").values_list("action", "reason")) == [
         ("drain", "firmware"), ("undrain", "done")]
@@ -166,3 +167,21 @@ def test_a_drain_survives_silence_and_return(client, operator, node_gpu_a, make_
                now=now + timedelta(seconds=202))
     assert Node.objects.get(pk=node_gpu_a.pk).state == "draining"
     assert list(PolicyChange.objects.values_list("action", flat=True)) == ["drain"]
+
+
+@pytest.mark.parametrize(("heard_s_ago", "health_reason", "expected"), [
+    (5, "", "ready"), (31, "", "degraded"), (5, "GPU 3: uncorrectable ECC errors", "degraded"), (None, "", "unknown")])
+def test_an_undrain_restores_what_the_agent_says_not_ready_regardless(node_gpu_a, operator, heard_s_ago,
+                                                                        health_reason, expected):
+    """Before, an undrain made any drained node Ready: a node whose agent was gone took new work."""
+    from nodes.drain import node_drain, node_undrain
+
+    now = timezone.now()
+    heard = None if heard_s_ago is None else now - timedelta(seconds=heard_s_ago)
+    Node.objects.filter(pk=node_gpu_a.pk).update(last_heartbeat_at=heard, health_reason=health_reason)
+    node_drain(node=node_gpu_a, actor=operator, reason="firmware")
+    Node.objects.filter(pk=node_gpu_a.pk).update(state="drained")
+    node_drain(node=node_gpu_a, actor=operator, reason="again")
+    assert Node.objects.get(pk=node_gpu_a.pk).state == "drained"  # stays drained
+    assert node_undrain(node=node_gpu_a, actor=operator, reason="done", now=now).state == expected
+    assert PolicyChange.objects.filter(action="undrain").get().after == {"state": expected}

@@ -4,6 +4,7 @@ the token shown once and never cached; tenants refused."""
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from nodes.actions import agent_token_issue
 from nodes.models import Node
@@ -26,6 +27,7 @@ def test_drain_and_undrain_with_a_reason_each_audited(ops, node_gpu_a):
     assert done.status_code == 302 and Node.objects.get(pk=node_gpu_a.pk).state == "draining"
     page = ops.get(url).content.decode()
     assert "Undrain</button>" in page and "disk replacement" in page
+    Node.objects.filter(pk=node_gpu_a.pk).update(last_heartbeat_at=timezone.now())  # its agent is there
     ops.post(url, {"action": "undrain", "reason": "disk replaced"})
     assert Node.objects.get(pk=node_gpu_a.pk).state == "ready"
     assert list(PolicyChange.objects.order_by("id").values_list("action", "reason", "before", "after")) == [

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from nodes.actions import node_drain, node_undrain
+from nodes.drain import node_drain, node_undrain
 from nodes.models import Node
 from scheduling import invariants
 from scheduling.models import Allocation, AllocationEvent, Placement

@@ -45,7 +45,7 @@ def _node_of(alloc):
 
 def test_own_writes_keep_the_snapshot_and_others_changes_reload_it(resource_group, vcluster_hpc, two_nodes,
                                                                     make_allocation, operator, loads):
-    from nodes.actions import node_drain
+    from nodes.drain import node_drain
 
     schedule_pass(resource_group.pk)
     schedule_pass(resource_group.pk)
