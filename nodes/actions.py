@@ -19,7 +19,7 @@ from django.utils import timezone
 from nodes.health import node_gpu_health
 from nodes.heartbeats import nodes_changed, persist
 from nodes.inventory import node_devices_report
-from nodes.late_exits import allocation_late_exit, lost_at_hello, lost_node_down
+from nodes.late_exits import allocation_late_exit, lost_at_hello, lost_node_down, of_an_earlier_run
 from nodes.models import AgentToken, Node, NodeState, ProcessedFrame
 from nodes.partial_exits import exited_on_one_node
 from nodes.protocol import (
@@ -142,7 +142,7 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
     lost, and re-send what it never received (commands are re-derived from the database)."""
     moment = now or timezone.now()
     reply = Reply([encode(Welcome(node=node.name, heartbeat_interval_s=HEARTBEAT_INTERVAL_S))])
-    reported = {entry["allocation"] for entry in frame.running}
+    reported = {entry["allocation"]: entry.get("run", 0) for entry in frame.running}
     with transaction.atomic():
         fresh = Node.objects.select_for_update().get(pk=node.pk)
         last_contact = fresh.last_heartbeat_at
@@ -162,10 +162,15 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
                             cgroups_note=frame.cgroups_note)
         placed = {str(p.allocation_id): p for p in Placement.objects.filter(
             node=node, kind="assigned", allocation__state__in=HOLDING).select_related("allocation__tenant")}
-        for alloc_id in sorted(reported - set(placed)):
+        for alloc_id in sorted(set(reported) - set(placed)):
             reply.frames.append(encode(Kill(allocation=alloc_id)))
         for alloc_id, p in sorted(placed.items()):
             alloc = p.allocation
+            if reported.get(alloc_id) and alloc.run and reported[alloc_id] != alloc.run:
+                # A process of an earlier run still alive: killed; the run now placed here is then
+                # judged as not running (the agent starts it once the old process is gone).
+                reply.frames.append(encode(Kill(allocation=alloc_id)))
+                del reported[alloc_id]
             if alloc_id in reported:
                 if alloc.state == State.CHECKPOINTING:
                     reply.frames.append(encode(Checkpoint(allocation=alloc_id,
@@ -224,7 +229,9 @@ def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) 
             _same_as_before(node, frame.id, digest)
             return False  # this frame was applied before: acknowledge, change nothing
         alloc = _placed_here(node, frame.allocation)
-        if isinstance(frame, Started):
+        if of_an_earlier_run(allocation=alloc, node_name=node.name, frame=frame):
+            pass  # requeued and started again since: the report says nothing of the run now
+        elif isinstance(frame, Started):
             if alloc.state in HOLDING:  # a late start of a run since suspended or requeued: nothing to say
                 _started_row(alloc, node, frame.pid)
         elif isinstance(frame, Exited):

@@ -41,7 +41,7 @@ import websockets
 
 from nodes import agent_commands, cgroups, devices
 from nodes.agent_work import Work
-from nodes.processes import Running
+from nodes.processes import Running, Waiting
 from nodes.protocol import Heartbeat, Hello, Report, encode, new_id
 from scheduling.version import version
 
@@ -75,7 +75,7 @@ class Agent(Work):
         self.simulate = simulate
         self.sim_seconds = sim_seconds
         self.running: dict[str, Running] = {}
-        self.waiting: dict[str, asyncio.Task[Any]] = {}
+        self.waiting: dict[str, Waiting] = {}
         self.unacked: dict[str, dict[str, Any]] = {}  # frame id -> frame, until acknowledged
         self.latest: dict[str, str] = {}  # allocation -> id of its latest unacknowledged frame
         self.heartbeat_interval = 10.0
@@ -152,10 +152,10 @@ class Agent(Work):
             self.devices = devices.discover(self.nvml)
         self._probe_limits()
         return encode(Hello(id=new_id(), agent_version=VERSION, capacity={}, labels={},
-                            running=[{"allocation": r.allocation, "phase": r.phase, "pid": r.pid}
-                                     for r in self.running.values()]
-                            + [{"allocation": a, "phase": "waiting"} for a in sorted(self.waiting)
-                               if a not in self.running],
+                            running=[{"allocation": r.allocation, "phase": r.phase, "pid": r.pid,
+                                      **({"run": r.run} if r.run else {})} for r in self.running.values()]
+                            + [{"allocation": a, "phase": "waiting", **({"run": w.run} if w.run else {})}
+                               for a, w in sorted(self.waiting.items()) if a not in self.running],
                             devices=self.devices, cgroups=self.limiter is not None,
                             cgroups_note=self.cgroups_note or ""))
 

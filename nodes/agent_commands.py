@@ -101,6 +101,9 @@ def _start(frame: dict[str, Any]) -> None:
             raise Ignored(f"{name} must be a string")
     for name in ("allow_root", "resume_from_checkpoint"):
         _of_type(frame, name, bool, "true or false")
+    run = frame.get("run", 0)
+    if type(run) is not int or not 0 <= run <= 2**31 - 1:  # named in its reports (no float, no boolean)
+        raise Ignored("run must be an integer from 0 to 2147483647")
     devices = frame.get("devices", [])
     if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
         raise Ignored("devices must be a list of objects")

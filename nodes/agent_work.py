@@ -19,7 +19,7 @@ from typing import Any
 
 from nodes import cgroups, runas
 from nodes.checkpoint_files import CheckpointFiles, done_location, size_of
-from nodes.processes import EXIT_FILE, Running, alive, device_uuids, recorded_exit_code
+from nodes.processes import EXIT_FILE, Running, Waiting, alive, device_uuids, recorded_exit_code
 from nodes.protocol import CheckpointDone, Exited, Report, Started, new_id
 
 log = logging.getLogger("lattice.agent")
@@ -35,7 +35,7 @@ class Work:
     running: dict[str, Running]
     # Starts waiting for a stopping process to leave their GPUs (allocation -> the waiting task):
     # listed at hello, and dropped by a terminate or kill of their allocation.
-    waiting: dict[str, asyncio.Task[Any]]
+    waiting: dict[str, Waiting]
     state_file: Path
     limiter: cgroups.Limiter | None
 
@@ -45,7 +45,7 @@ class Work:
     # -- surviving our own restart ------------------------------------------------------------
     def _save(self) -> None:
         data = {a: {"pid": r.pid, "checkpoint_dir": str(r.checkpoint_dir), "devices": sorted(r.devices),
-                    **({"cgroup": str(r.cgroup)} if r.cgroup else {})} for a, r in self.running.items()}
+                    "run": r.run, **({"cgroup": str(r.cgroup)} if r.cgroup else {})} for a, r in self.running.items()}
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
         tmp.replace(self.state_file)
@@ -60,7 +60,8 @@ class Work:
             try:
                 entry = Running(alloc, pid=int(info["pid"]), checkpoint_dir=Path(info["checkpoint_dir"]),
                                 cgroup=Path(info["cgroup"]) if info.get("cgroup") else None,
-                                devices=frozenset(map(str, info.get("devices") or ())))
+                                devices=frozenset(map(str, info.get("devices") or ())),
+                                run=int(info.get("run") or 0))
             except (TypeError, KeyError, ValueError, AttributeError):  # written by hand, or damaged
                 log.warning("%s: cannot adopt allocation %r from %r: not a saved process", self.state_file,
                             alloc, info)
@@ -69,7 +70,7 @@ class Work:
             if self.simulate or entry.pid <= 0 or not alive(entry.pid):
                 code = recorded_exit_code(entry.checkpoint_dir)
                 await self.report(Exited(id=new_id(), allocation=alloc, exit_code=code,
-                                         reason=_exit_reason(entry, code)))
+                                         reason=_exit_reason(entry, code), run=entry.run))
                 cgroups.remove(entry.cgroup)
                 continue
             self.running[alloc] = entry
@@ -84,11 +85,12 @@ class Work:
         code = recorded_exit_code(entry.checkpoint_dir)
         reason = _exit_reason(entry, code)
         cgroups.remove(entry.cgroup)
-        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=code, reason=reason))
+        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=code, reason=reason,
+                                 run=entry.run))
 
     # -- running work ----------------------------------------------------------------------
     async def _start(self, frame: dict[str, Any]) -> None:
-        alloc = str(frame["allocation"])
+        alloc, run = str(frame["allocation"]), int(frame.get("run") or 0)
         if alloc in self.waiting:
             return  # a repeated start (after a reconnect): it already waits to start
         old = self.running.get(alloc)
@@ -118,13 +120,13 @@ class Work:
         except runas.Refused as exc:
             cgroups.remove(cgroup)
             log.warning("not starting %s: %s", alloc, exc)
-            await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason=exc.reason))
+            await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason=exc.reason, run=run))
             return
-        entry = Running(alloc, checkpoint_dir=ckpt, cgroup=cgroup, devices=devices)
+        entry = Running(alloc, checkpoint_dir=ckpt, cgroup=cgroup, devices=devices, run=run)
         self.running[alloc] = entry
         if self.simulate:
             entry.task = asyncio.get_running_loop().create_task(self._simulated(entry))
-            await self.report(Started(id=new_id(), allocation=alloc, pid=0))
+            await self.report(Started(id=new_id(), allocation=alloc, pid=0, run=run))
             return
         (ckpt / EXIT_FILE).unlink(missing_ok=True)
         try:
@@ -133,13 +135,13 @@ class Work:
         except OSError as exc:
             self.running.pop(alloc, None)
             cgroups.remove(cgroup)
-            await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason="failed"))
+            await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason="failed", run=run))
             log.warning("cannot start %s: %s", alloc, exc)
             return
         entry.pid = proc.pid
         entry.task = asyncio.get_running_loop().create_task(self._watch(entry, proc))
         self._save()
-        await self.report(Started(id=new_id(), allocation=alloc, pid=proc.pid))
+        await self.report(Started(id=new_id(), allocation=alloc, pid=proc.pid, run=run))
 
     def _limit(self, alloc: str, resources: dict[str, Any]) -> Path | None:
         """The allocation's own cgroup, limited to its request (None: no limits on this node)."""
@@ -155,11 +157,13 @@ class Work:
         ``waiting``: the hello lists it (the control plane would count it lost otherwise), and a
         terminate or kill of its allocation drops it (``_signal``), so work stopped before it
         could start never starts later, beside whatever the control plane placed there since."""
-        self.waiting[alloc] = asyncio.get_running_loop().create_task(self._start_after(alloc, previous, frame))
+        task = asyncio.get_running_loop().create_task(self._start_after(alloc, previous, frame))
+        self.waiting[alloc] = Waiting(task, int(frame.get("run") or 0))
 
     async def _start_after(self, alloc: str, previous: list[asyncio.Task[Any]], frame: dict[str, Any]) -> None:
         await asyncio.gather(*(asyncio.shield(task) for task in previous), return_exceptions=True)
-        if self.waiting.get(alloc) is asyncio.current_task():
+        waiting = self.waiting.get(alloc)
+        if waiting is not None and waiting.task is asyncio.current_task():
             del self.waiting[alloc]  # no longer waiting: a stop now finds it running (or not at all)
         await self._start(frame)
 
@@ -178,7 +182,8 @@ class Work:
             code = proc.returncode
         reason = _exit_reason(entry, code)
         cgroups.remove(entry.cgroup)
-        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=code, reason=reason))
+        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=code, reason=reason,
+                                 run=entry.run))
 
     async def _simulated(self, entry: Running) -> None:
         try:
@@ -186,7 +191,8 @@ class Work:
         except asyncio.CancelledError:
             return
         self.running.pop(entry.allocation, None)
-        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=0, reason="completed"))
+        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=0, reason="completed",
+                                 run=entry.run))
 
     async def _checkpoint(self, alloc: str) -> None:
         entry = self.running.get(alloc)
@@ -205,21 +211,21 @@ class Work:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(entry.pid, signal.SIGUSR1)
         while alloc in self.running and not (done.exists() or failed.exists()):
-            await self._relay(alloc, files)
+            await self._relay(entry, files)
             await asyncio.sleep(0.2)
-        await self._relay(alloc, files)  # what was written just before DONE goes first
+        await self._relay(entry, files)  # what was written just before DONE goes first
         if done.exists():
             location = done_location(entry.checkpoint_dir)
             size = size_of(location)
             await self.report(CheckpointDone(id=new_id(), allocation=alloc, ok=True, location=location,
-                                             size_bytes=size or 0))
+                                             size_bytes=size or 0, run=entry.run))
         elif failed.exists():
-            await self.report(CheckpointDone(id=new_id(), allocation=alloc, ok=False,
+            await self.report(CheckpointDone(id=new_id(), allocation=alloc, ok=False, run=entry.run,
                                              location=str(entry.checkpoint_dir), error=failed.read_text()[:500]))
 
-    async def _relay(self, alloc: str, files: CheckpointFiles) -> None:
+    async def _relay(self, entry: Running, files: CheckpointFiles) -> None:
         """The application's PROGRESS and DEFER files, each change reported once."""
-        for frame in files.poll(alloc):
+        for frame in files.poll(entry.allocation, entry.run):
             await self.report(frame)
 
     async def _kill_after(self, alloc: str, grace: float) -> None:
@@ -231,10 +237,10 @@ class Work:
     def _signal(self, alloc: str, sig: signal.Signals, reason: str) -> bool:
         waiting = self.waiting.pop(alloc, None)
         if waiting is not None:  # stopped before it could start: it never will
-            waiting.cancel()
+            waiting.task.cancel()
             if alloc not in self.running:  # (else the earlier run's exit, reported as it leaves, says it)
                 asyncio.get_running_loop().create_task(self.report(
-                    Exited(id=new_id(), allocation=alloc, exit_code=None, reason=reason)))
+                    Exited(id=new_id(), allocation=alloc, exit_code=None, reason=reason, run=waiting.run)))
         entry = self.running.get(alloc)
         if entry is None:
             return False
@@ -244,7 +250,7 @@ class Work:
                 entry.task.cancel()
             self.running.pop(alloc, None)
             asyncio.get_running_loop().create_task(self.report(
-                Exited(id=new_id(), allocation=alloc, exit_code=-int(sig), reason=reason)))
+                Exited(id=new_id(), allocation=alloc, exit_code=-int(sig), reason=reason, run=entry.run)))
             return False
         with contextlib.suppress(ProcessLookupError):
             os.killpg(entry.pid, sig)

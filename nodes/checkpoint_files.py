@@ -129,11 +129,12 @@ class CheckpointFiles:
             (self.dir / name).unlink(missing_ok=True)
         self._progress_seen = None
 
-    def poll(self, allocation: str) -> list[Report]:
-        """The application's new requests for ``allocation``, as the frames that carry them."""
-        return [frame for frame in (self._defer(allocation), self._progress(allocation)) if frame is not None]
+    def poll(self, allocation: str, run: int = 0) -> list[Report]:
+        """The application's new requests for ``allocation`` (this ``run`` of it), as the frames that
+        carry them."""
+        return [frame for frame in (self._defer(allocation, run), self._progress(allocation, run)) if frame is not None]
 
-    def _progress(self, allocation: str) -> CheckpointProgress | None:
+    def _progress(self, allocation: str, run: int) -> CheckpointProgress | None:
         path = self.dir / PROGRESS
         try:
             st = path.stat()
@@ -149,9 +150,9 @@ class CheckpointFiles:
         except (OSError, BadContent) as exc:
             log.warning("%s: ignored: %s", path, exc)
             return None
-        return CheckpointProgress(id=new_id(), allocation=allocation, percent=percent, eta_s=eta)
+        return CheckpointProgress(id=new_id(), allocation=allocation, percent=percent, eta_s=eta, run=run)
 
-    def _defer(self, allocation: str) -> Defer | None:
+    def _defer(self, allocation: str, run: int) -> Defer | None:
         # Taken by a rename: a request written meanwhile is a new DEFER, read on the next poll.
         taken = self.dir / TAKEN
         try:
@@ -165,7 +166,7 @@ class CheckpointFiles:
             return None
         finally:
             taken.unlink(missing_ok=True)
-        return Defer(id=new_id(), allocation=allocation, seconds=seconds)
+        return Defer(id=new_id(), allocation=allocation, seconds=seconds, run=run)
 
 
 def is_location(text: str) -> bool:

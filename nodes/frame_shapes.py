@@ -1,5 +1,5 @@
 """The shapes of the device lists in the agent protocol's frames (nodes/protocol.py): a hello's
-devices and a heartbeat's per-GPU health, as predicates the parser's checks call."""
+devices and a heartbeat's per-GPU health, as predicates and problems the parser's checks raise."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ HEALTH_KEYS = {"index": (int,)}
 HEALTH_OPTIONAL = {"temperature_c": (int,), "ecc_uncorrectable": (int,), "retired_pending": (bool,),
                     "xid": (list,)}
 MAX_XIDS = 16
+MAX_DEVICES = 64  # GPUs one hello may list (with their MIG instances)
 INT_MAX = 2**31 - 1
 
 
@@ -62,3 +63,33 @@ def health_entry(entry: object) -> bool:
 
 def xids_ok(codes: list[Any]) -> bool:
     return len(codes) <= MAX_XIDS and all(type(c) is int and 0 <= c <= INT_MAX for c in codes)
+
+
+def devices_problem(devices: list[Any]) -> str | None:
+    """What is wrong with a hello's ``devices``, or None."""
+    if len(devices) > MAX_DEVICES:
+        return f"at most {MAX_DEVICES} devices"
+    for device in devices:
+        mig = device.get("mig", []) if isinstance(device, dict) else []
+        if not shaped(device, DEVICE_KEYS, DEVICE_OPTIONAL) or len(mig) > MAX_DEVICES or not all(
+                shaped(m, MIG_KEYS, MIG_OPTIONAL) for m in mig):
+            return "devices are {index, uuid, model, memory_mib, healthy?, mig?}"
+    if len({d["index"] for d in devices}) != len(devices):
+        return "device indices must be distinct"
+    # A start shows its work the bound devices by uuid: two devices of one uuid would let two
+    # allocations bound to different indices share one GPU.
+    uuids = [d["uuid"] for d in devices] + [m["uuid"] for d in devices for m in d.get("mig", [])]
+    if len(set(uuids)) != len(uuids):
+        return "device and MIG uuids must be distinct"
+    if not all(u.strip() for u in uuids):  # a start names its work's devices by uuid
+        return "device and MIG uuids must not be empty"
+    return None
+
+
+def health_problem(gpus: list[Any]) -> str | None:
+    """What is wrong with a heartbeat's per-GPU health, or None."""
+    if len(gpus) > MAX_DEVICES or not all(health_entry(g) for g in gpus):
+        return "gpus are {index, temperature_c?, ecc_uncorrectable?, retired_pending?, xid?}"
+    if len({g["index"] for g in gpus}) != len(gpus):
+        return "gpu indices must be distinct"
+    return None

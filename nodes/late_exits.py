@@ -1,4 +1,10 @@
-"""Work that ended while its agent was out of touch, reported after it was declared lost.
+"""Reports that arrive late: those of an earlier run of the allocation, and the exit of work that
+ended while its agent was out of touch, reported after it was declared lost.
+
+An agent names the run (its start frame's ``run``) each report is about. A report of an earlier
+run than the allocation's current one changes nothing: it was requeued and started again since, and
+that old process's exit, start or checkpoint says nothing of the run now under way (whose nodes it
+may share). Agents that name no run (older ones) are judged by state, as before.
 
 A node's work is declared lost when its agent's hello no longer lists it, or when
 the node went Down; it is failed and, by its requeue policy, a fresh copy is
@@ -19,10 +25,30 @@ from typing import cast
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
+from nodes.protocol import Exited, Report
 from scheduling.actions.admission import allocation_cancel
 from scheduling.dispatch import event_on_commit
 from scheduling.models import Allocation, AllocationEvent
 from scheduling.states import HOLDING, State
+
+
+def of_an_earlier_run(*, allocation: Allocation, node_name: str, frame: Report) -> bool:
+    """Whether ``frame`` is about an earlier run than ``allocation``'s own; an exit of one is
+    written to the history (its process is gone) and changes nothing else."""
+    if not frame.run:
+        return False
+    # Read under the row's lock, which the report's action takes next anyway: no start of another
+    # run can commit between this comparison and that action.
+    allocation.run, allocation.state = (Allocation.objects.select_for_update().values_list("run", "state")
+                                        .get(pk=allocation.pk))
+    if not allocation.run or frame.run == allocation.run:
+        return False
+    if isinstance(frame, Exited):
+        AllocationEvent.objects.create(
+            allocation=allocation, from_state=allocation.state, to_state=allocation.state,
+            reason=f"exit of run {frame.run} on {node_name} ignored: {frame.reason} ({frame.exit_code}); "
+                   f"run {allocation.run} is its own"[:255])
+    return True
 
 
 def lost_at_hello(node_name: str) -> str:

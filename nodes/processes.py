@@ -7,7 +7,7 @@ import asyncio
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 EXIT_FILE = ".exit-code"
 
@@ -42,6 +42,14 @@ class Running:
     checkpoint_dir: Path = field(default_factory=Path)
     cgroup: Path | None = None  # its own limited cgroup (nodes/cgroups.py), where the node has them
     devices: frozenset[str] = frozenset()  # the UUIDs of the GPUs bound to it (its start frame)
+    run: int = 0  # which run of the allocation it is (its start frame's; 0: not given), named in reports
+
+
+class Waiting(NamedTuple):
+    """A start waiting for stopping processes to leave its GPUs: the task that starts it, and its run."""
+
+    task: asyncio.Task[Any]
+    run: int
 
 
 def device_uuids(devices: Any) -> frozenset[str]:

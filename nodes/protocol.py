@@ -17,14 +17,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from nodes.frame_shapes import (
-    DEVICE_KEYS,
-    DEVICE_OPTIONAL,
-    MIG_KEYS,
-    MIG_OPTIONAL,
-    health_entry,
-    shaped,
-)
+from nodes.frame_shapes import devices_problem, health_problem
 from scheduling.flat_maps import capacity_problem, labels_problem
 
 MAX_FRAME_BYTES = 64 * 1024
@@ -36,7 +29,6 @@ MAX_START_FRAME_BYTES = MAX_FRAME_BYTES // 2
 # Unix user or group it was to run as does not exist on the node; refused: the agent would not
 # run it (as root without the tenant's leave).
 EXIT_REASONS = ("completed", "failed", "terminated", "killed", "oom", "user_unknown", "refused")
-MAX_DEVICES = 64  # GPUs one hello may list (with their MIG instances)
 MAX_NOTE_CHARS = 255  # Node.cgroups_note
 
 
@@ -75,6 +67,7 @@ class Started:
     id: str
     allocation: str
     pid: int
+    run: int = 0  # the run it is about (its start's); 0: not given
     type: ClassVar[str] = "started"
 
 
@@ -84,6 +77,7 @@ class Exited:
     allocation: str
     exit_code: int | None
     reason: str
+    run: int = 0  # the run it is about (its start's); 0: not given
     type: ClassVar[str] = "exited"
 
 
@@ -93,6 +87,7 @@ class CheckpointProgress:
     allocation: str
     percent: float
     eta_s: float | None = None
+    run: int = 0  # the run it is about (its start's); 0: not given
     type: ClassVar[str] = "checkpoint_progress"
 
 
@@ -104,6 +99,7 @@ class CheckpointDone:
     location: str = ""
     size_bytes: int = 0
     error: str = ""
+    run: int = 0  # the run it is about (its start's); 0: not given
     type: ClassVar[str] = "checkpoint_done"
 
 
@@ -112,6 +108,7 @@ class Defer:
     id: str
     allocation: str
     seconds: int
+    run: int = 0  # the run it is about (its start's); 0: not given
     type: ClassVar[str] = "defer"
 
 
@@ -119,21 +116,22 @@ Frame = Hello | Heartbeat | Started | Exited | CheckpointProgress | CheckpointDo
 
 # type -> (class, {field: (python types, required)})
 _NUM = (int, float)
+_RUN = ((int,), False)  # optional on every report: which run of the allocation it is about
 SCHEMA: dict[str, tuple[type, dict[str, tuple[tuple[type, ...], bool]]]] = {
     "hello": (Hello, {"agent_version": ((str,), True), "capacity": ((dict,), True), "labels": ((dict,), True),
                       "running": ((list,), True), "devices": ((list,), False), "cgroups": ((bool,), False),
                       "cgroups_note": ((str,), False)}),
     "heartbeat": (Heartbeat, {"seq": ((int,), True), "running": ((list,), True), "usage": ((dict,), False),
                               "gpus": ((list,), False)}),
-    "started": (Started, {"allocation": ((str,), True), "pid": ((int,), True)}),
+    "started": (Started, {"allocation": ((str,), True), "pid": ((int,), True), "run": _RUN}),
     "exited": (Exited, {"allocation": ((str,), True), "exit_code": ((int, type(None)), True),
-                        "reason": ((str,), True)}),
+                        "reason": ((str,), True), "run": _RUN}),
     "checkpoint_progress": (CheckpointProgress, {"allocation": ((str,), True), "percent": (_NUM, True),
-                                                 "eta_s": ((*_NUM, type(None)), False)}),
+                                                 "eta_s": ((*_NUM, type(None)), False), "run": _RUN}),
     "checkpoint_done": (CheckpointDone, {"allocation": ((str,), True), "ok": ((bool,), True),
                                          "location": ((str,), False), "size_bytes": ((int,), False),
-                                         "error": ((str,), False)}),
-    "defer": (Defer, {"allocation": ((str,), True), "seconds": ((int,), True)}),
+                                         "error": ((str,), False), "run": _RUN}),
+    "defer": (Defer, {"allocation": ((str,), True), "seconds": ((int,), True), "run": _RUN}),
 }
 _ALLOWED = {kind: frozenset(fields) | {"type", "id"} for kind, (_, fields) in SCHEMA.items()}
 
@@ -230,7 +228,7 @@ def _holds_nul(raw: Any, text: str | bytes) -> bool:
 # heartbeat's failed write would fail every other heartbeat of its batch).
 _BOUNDS: dict[str, tuple[int, int]] = {"seq": (0, 2**63 - 1), "exit_code": (-(2**31), 2**31 - 1),
                                        "pid": (0, 2**31 - 1), "seconds": (0, 2**31 - 1),
-                                       "size_bytes": (0, 2**63 - 1)}
+                                       "size_bytes": (0, 2**63 - 1), "run": (0, 2**31 - 1)}
 # Per frame type, the bounded fields it has (looked up once, not tried on every frame).
 _BOUNDED: dict[type, tuple[tuple[str, int, int], ...]] = {
     cls: tuple((name, *_BOUNDS[name]) for name in fields if name in _BOUNDS) for cls, fields in SCHEMA.values()}
@@ -244,8 +242,9 @@ def _check(frame: Frame) -> None:
     if isinstance(frame, Heartbeat):  # the frame sent most, checked first
         if frame.running and not all(is_allocation_id(x) for x in frame.running):
             raise BadFrame("running must list allocation ids", frame.id)
-        if frame.gpus is not None:
-            _check_health(frame.gpus, frame.id)
+        problem = health_problem(frame.gpus) if frame.gpus is not None else None
+        if problem is not None:
+            raise BadFrame(problem, frame.id)
         return
     allocation = getattr(frame, "allocation", None)
     if allocation is not None and not is_allocation_id(allocation):
@@ -258,44 +257,23 @@ def _check(frame: Frame) -> None:
         raise BadFrame("percent must be between 0 and 100", frame.id)
 
 
+def _run_ok(run: object) -> bool:
+    return type(run) is int and 0 <= run <= 2**31 - 1
+
+
 def _check_hello(frame: Hello) -> None:
     for entry in frame.running:
         if not (isinstance(entry, dict) and is_allocation_id(entry.get("allocation"))
-                and set(entry) <= {"allocation", "phase", "pid"}):
-            raise BadFrame("running entries are {allocation, phase, pid}", frame.id)
+                and set(entry) <= {"allocation", "phase", "pid", "run"} and _run_ok(entry.get("run", 0))):
+            raise BadFrame("running entries are {allocation, phase?, pid?, run?}", frame.id)
     for name, problem in (("labels", labels_problem(frame.labels)), ("capacity", capacity_problem(frame.capacity))):
         if problem is not None:  # flat and bounded (scheduling/flat_maps.py), never a deep document
             raise BadFrame(f"{name}: {problem}", frame.id)
     if len(frame.cgroups_note) > MAX_NOTE_CHARS:
         raise BadFrame(f"cgroups_note must be at most {MAX_NOTE_CHARS} characters", frame.id)
-    if frame.devices is not None:
-        _check_devices(frame.devices, frame.id)
-
-
-def _check_devices(devices: list[Any], frame_id: str) -> None:
-    if len(devices) > MAX_DEVICES:
-        raise BadFrame(f"at most {MAX_DEVICES} devices", frame_id)
-    for device in devices:
-        mig = device.get("mig", []) if isinstance(device, dict) else []
-        if not shaped(device, DEVICE_KEYS, DEVICE_OPTIONAL) or len(mig) > MAX_DEVICES or not all(
-                shaped(m, MIG_KEYS, MIG_OPTIONAL) for m in mig):
-            raise BadFrame("devices are {index, uuid, model, memory_mib, healthy?, mig?}", frame_id)
-    if len({d["index"] for d in devices}) != len(devices):
-        raise BadFrame("device indices must be distinct", frame_id)
-    # A start shows its work the bound devices by uuid: two devices of one uuid would let two
-    # allocations bound to different indices share one GPU.
-    uuids = [d["uuid"] for d in devices] + [m["uuid"] for d in devices for m in d.get("mig", [])]
-    if len(set(uuids)) != len(uuids):
-        raise BadFrame("device and MIG uuids must be distinct", frame_id)
-    if not all(u.strip() for u in uuids):  # a start names its work's devices by uuid
-        raise BadFrame("device and MIG uuids must not be empty", frame_id)
-
-
-def _check_health(gpus: list[Any], frame_id: str) -> None:
-    if len(gpus) > MAX_DEVICES or not all(health_entry(g) for g in gpus):
-        raise BadFrame("gpus are {index, temperature_c?, ecc_uncorrectable?, retired_pending?, xid?}", frame_id)
-    if len({g["index"] for g in gpus}) != len(gpus):
-        raise BadFrame("gpu indices must be distinct", frame_id)
+    problem = devices_problem(frame.devices) if frame.devices is not None else None
+    if problem is not None:
+        raise BadFrame(problem, frame.id)
 
 
 # -- frames the server sends -------------------------------------------------------------
@@ -340,6 +318,9 @@ class Start:
     user: str = ""
     group: str = ""
     allow_root: bool = False
+    # Which run of the allocation this is (1 at its first start, one more at each start after a
+    # requeue): the agent names it in its reports, so a late report of an earlier run is told apart.
+    run: int = 0
     type: ClassVar[str] = "start"
 
 

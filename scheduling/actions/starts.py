@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Case, JSONField, Value, When
+from django.db.models import Case, F, JSONField, Value, When
 from django.utils import timezone
 
 from nodes.models import Node, NodeDevice
@@ -43,7 +43,7 @@ from scheduling.states import State, allowed
 
 # What a start frame needs (start_frame below).
 STARTED_FIELDS = ("id", "tenant_id", "user_id", "command", "env", "per_node_gpu", "per_node_cpu", "per_node_memory",
-                  "resume_from_checkpoint")
+                  "resume_from_checkpoint", "run")
 
 
 RunAs = tuple[str, str, bool]  # the Unix user, group, and whether root is allowed (the tenant's leave)
@@ -57,7 +57,7 @@ def start_frame(alloc: Allocation, node_name: str, *, devices: Devices | None = 
     return Start(allocation=str(alloc.pk), command=list(alloc.command or []), env=dict(alloc.env or {}),
                  resources={r: getattr(alloc, f"per_node_{r}") for r in ("gpu", "cpu", "memory")},
                  resume_from_checkpoint=alloc.resume_from_checkpoint, checkpoint_dir=f"checkpoints/{alloc.pk}",
-                 devices=list(devices or []), user=user, group=group, allow_root=allow_root)
+                 devices=list(devices or []), user=user, group=group, allow_root=allow_root, run=alloc.run)
 
 
 def run_as_of(alloc: Allocation) -> RunAs:
@@ -135,8 +135,10 @@ def _start_with_the_orm(ran_on: dict[int, list[str]], node_ids: dict[str, int], 
                   memory=a.per_node_memory) for a in allocs for name in ran_on[a.pk]])
     devices = _bind_with_the_orm(placements, {v: k for k, v in node_ids.items()})
     Allocation.objects.filter(pk__in=[a.pk for a in allocs], state=State.PENDING).update(
-        state=State.RUNNING, started_at=moment, state_changed_at=moment,
+        state=State.RUNNING, started_at=moment, state_changed_at=moment, run=F("run") + 1,
         ran_on=Case(*[When(pk=a.pk, then=Value(ran_on[a.pk], output_field=JSONField())) for a in allocs]))
+    for a in allocs:
+        a.run += 1  # as the update above counted it (the rows are locked)
     AllocationEvent.objects.bulk_create([
         AllocationEvent(allocation_id=a.pk, from_state=State.PENDING, to_state=State.RUNNING,
                         reason=placed_reason(ran_on[a.pk])) for a in allocs])
@@ -188,7 +190,7 @@ def _start_in_one_statement(ran_on: dict[int, list[str]], node_ids: dict[str, in
         "FROM unnest(%b::bigint[], %b::text[], %b::text[]) AS t(id, ran_on, reason)), "
         "p(allocation_id, node_id) AS (SELECT * FROM unnest(%b::bigint[], %b::bigint[])), "
         f"started AS (UPDATE {alloc} AS a SET state = %b, started_at = %b, state_changed_at = %b, "
-        f"ran_on = v.ran_on FROM v WHERE a.id = v.id AND a.state = %b RETURNING {returned}, v.reason), "
+        f"ran_on = v.ran_on, run = a.run + 1 FROM v WHERE a.id = v.id AND a.state = %b RETURNING {returned}, v.reason), "
         f"placed AS (INSERT INTO {placement} (allocation_id, node_id, kind, gpu, cpu, memory, created_at) "
         f"SELECT s.id, p.node_id, %b, s.per_node_gpu, s.per_node_cpu, s.per_node_memory, now() "
         f"FROM started s JOIN p ON p.allocation_id = s.id RETURNING id, allocation_id, node_id, gpu), "

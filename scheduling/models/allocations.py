@@ -92,6 +92,9 @@ class Allocation(models.Model):
     backfill = models.BooleanField(default=False)
     protected_until = models.DateTimeField(null=True, blank=True)
     preempted_count = models.PositiveIntegerField(default=0)
+    run = models.PositiveIntegerField(
+        default=0, help_text="Its starts so far: the run now (or last) under way. Start frames carry it and agents "
+                             "name it in their reports, so a late report of an earlier run changes nothing.")
     node_count = models.PositiveIntegerField(default=1)
     per_node_gpu = models.PositiveIntegerField(default=0)
     per_node_cpu = models.PositiveIntegerField(default=0)

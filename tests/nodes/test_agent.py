@@ -34,12 +34,13 @@ def test_a_new_run_starts_after_the_earlier_run_of_the_same_allocation_has_stopp
         agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
         agent.ws = Recorder()
         start = {"type": "start", "allocation": "7", "command": [sys.executable, "-c", SLOW_TO_STOP],
-                 "env": {}, "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": "checkpoints/7", **ROOT_LEAVE}
+                 "env": {}, "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": "checkpoints/7",
+                 "run": 1, **ROOT_LEAVE}
         await agent.handle(start)
         await asyncio.sleep(0.5)  # the interpreter is up and has its handler
         # the frames back to back, as the socket delivers them
         await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 2})
-        await agent.handle({**start, "resume_from_checkpoint": True})
+        await agent.handle({**start, "resume_from_checkpoint": True, "run": 2})
         for _ in range(100):
             starts = [f for f in agent.ws.frames if f["type"] == "started"]
             if len(starts) == 2:
@@ -53,8 +54,9 @@ def test_a_new_run_starts_after_the_earlier_run_of_the_same_allocation_has_stopp
         return agent.ws.frames
 
     frames = asyncio.run(scenario())
-    kinds = [(f["type"], f.get("reason")) for f in frames]
-    assert kinds == [("started", None), ("exited", "terminated"), ("started", None)]
+    kinds = [(f["type"], f.get("reason"), f.get("run")) for f in frames]
+    # each report names the run it is about (the control plane ignores one of an earlier run)
+    assert kinds == [("started", None, 1), ("exited", "terminated", 1), ("started", None, 2)]
     assert frames[0]["pid"] != frames[2]["pid"]
 
 
@@ -161,3 +163,31 @@ def test_a_start_waiting_for_gpus_is_listed_at_hello_and_dropped_by_a_stop_of_it
     assert ("started", "8", None) not in frames
     assert ("exited", "8", "terminated") in frames
     assert frames[0] == ("started", "7", None) and ("exited", "7", "terminated") in frames
+
+
+def test_a_restarted_agent_names_the_run_of_what_it_adopts(tmp_path):
+    """The run of each process is kept in the state file: after the agent's own restart, its hello
+    and the exit of an adopted process still name the run their start gave."""
+    async def first_agent() -> None:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.handle({"type": "start", "allocation": "7", "command": [sys.executable, "-c", SLOW_TO_STOP],
+                            "env": {}, "resources": {}, "resume_from_checkpoint": False,
+                            "checkpoint_dir": "checkpoints/7", "run": 3, **ROOT_LEAVE})
+
+    async def second_agent() -> tuple[list[dict], list[dict]]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.adopt()
+        hello = agent._hello()["running"]
+        os.killpg(agent.running["7"].pid, 9)
+        for _ in range(100):
+            if agent.ws.frames:
+                break
+            await asyncio.sleep(0.05)
+        return hello, agent.ws.frames
+
+    asyncio.run(first_agent())
+    hello, frames = asyncio.run(second_agent())
+    assert [(e["allocation"], e.get("run")) for e in hello] == [("7", 3)]
+    assert [(f["type"], f["allocation"], f.get("run")) for f in frames] == [("exited", "7", 3)]

@@ -1,0 +1,173 @@
+"""Runs: each start of an allocation is a run of it, numbered in its start frames, and an agent's
+report of an earlier run changes nothing of the run now under way.
+
+An allocation checkpointed, requeued and started again may land on the same nodes; the first run's
+process may still report (its exit, a checkpoint, a start) after the second run began. Judged by
+state alone, an exit 0 of the first run on one node of a multi-node second run freed that node while
+the second run still used it. The real pass and actions drive it here, frames recorded as sent.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from nodes.actions import allocation_report, node_hello
+from nodes.models import Node
+from nodes.protocol import BadFrame, CheckpointDone, Exited, Hello, Started, parse
+from scheduling import dispatch
+from scheduling.actions.preemption import allocation_checkpoint_done
+from scheduling.models import Allocation, AllocationEvent, Placement
+from scheduling.passes.run import schedule_pass
+
+pytestmark = pytest.mark.django_db
+
+_ids = itertools.count(1)
+
+
+@pytest.fixture
+def sent(monkeypatch, django_capture_on_commit_callbacks):
+    """Every command the control plane sends after commit, as (node, frame); ``sent.step(fn, ...)``
+    runs ``fn`` and its on-commit callbacks."""
+    frames: list[tuple[str, dict[str, Any]]] = []
+
+    def deliver(messages: list[tuple[str, dict[str, Any]]], what: str) -> None:
+        frames.extend((group.removeprefix("agent."), m["frame"]) for group, m in messages
+                      if group.startswith("agent.") and m.get("type") == "agent.command")
+
+    class NoTask:
+        def delay(self, *a: Any) -> None: ...
+        def apply_async(self, *a: Any, **k: Any) -> None: ...
+
+    monkeypatch.setattr(dispatch, "_send_all", deliver)
+    monkeypatch.setattr(dispatch, "_task", lambda name: NoTask())
+
+    class Sent(list):  # type: ignore[type-arg]
+        def step(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+            with django_capture_on_commit_callbacks(execute=True):
+                return fn(*args, **kwargs)
+
+    out = Sent()
+    out.frames = frames  # type: ignore[attr-defined]
+    return out
+
+
+def _state(alloc: Allocation) -> str:
+    alloc.refresh_from_db()
+    return alloc.state
+
+
+def _second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes: int) -> Allocation:
+    """Work on ``nodes`` nodes, checkpointed for a one-node job of a higher class, then started again
+    on the same nodes once that job completed: its second run."""
+    work = make_allocation(state="pending", node_count=nodes, per_node_gpu=8, preemption_class=2,
+                           checkpoint="auto", vcluster=vcluster_hpc)
+    sent.step(schedule_pass, resource_group.pk)
+    high = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=7,
+                           checkpoint="auto", vcluster=vcluster_hpc)
+    sent.step(schedule_pass, resource_group.pk)
+    assert _state(work) == "checkpointing"
+    sent.step(allocation_checkpoint_done, allocation=work, ok=True, location="/ckpt/1", size_bytes=1)
+    sent.step(schedule_pass, resource_group.pk)
+    assert _state(high) == "running"
+    [high_node] = high.placements.values_list("node__name", flat=True)
+    sent.step(_report, high_node, Exited(id=f"x{next(_ids)}", allocation=str(high.pk), exit_code=0,
+                                         reason="completed", run=1))
+    sent.step(schedule_pass, resource_group.pk)
+    assert _state(work) == "running"
+    return work
+
+
+def _report(node_name: str, frame: Any) -> bool:
+    return allocation_report(node=Node.objects.get(name=node_name), frame=frame)
+
+
+def _starts(sent, alloc: Allocation) -> list[tuple[str, int]]:
+    return [(node, f["run"]) for node, f in sent.frames if f["type"] == "start" and f["allocation"] == str(alloc.pk)]
+
+
+def test_each_start_is_a_new_run_and_its_start_frames_say_which(sent, make_allocation, resource_group,
+                                                                  vcluster_hpc, two_nodes):
+    work = _second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=2)
+    assert sorted(_starts(sent, work)) == [("gpu-a", 1), ("gpu-a", 2), ("gpu-b", 1), ("gpu-b", 2)]
+    assert Allocation.objects.get(pk=work.pk).run == 2
+
+
+def test_a_late_exit_0_of_an_earlier_run_frees_no_node_of_the_run_now(sent, make_allocation, resource_group,
+                                                                        vcluster_hpc, two_nodes):
+    work = _second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=2)
+    late = Exited(id=f"x{next(_ids)}", allocation=str(work.pk), exit_code=0, reason="completed", run=1)
+    assert sent.step(_report, "gpu-a", late) is True  # acknowledged: it is no error of the agent's
+    assert _state(work) == "running"
+    assert sorted(Placement.objects.filter(allocation=work).values_list("node__name", flat=True)) == [
+        "gpu-a", "gpu-b"]
+    assert work.events.latest("id").reason == ("exit of run 1 on gpu-a ignored: completed (0); "
+                                               "run 2 is its own")
+    # The second run's own exit on one node frees that node alone, as before.
+    sent.step(_report, "gpu-a", Exited(id=f"x{next(_ids)}", allocation=str(work.pk), exit_code=0,
+                                       reason="completed", run=2))
+    assert _state(work) == "running"
+    assert list(Placement.objects.filter(allocation=work).values_list("node__name", flat=True)) == ["gpu-b"]
+
+
+def test_a_late_checkpoint_or_start_of_an_earlier_run_changes_nothing(sent, make_allocation, resource_group,
+                                                                       vcluster_hpc, node_gpu_a):
+    work = _second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=1)
+    rows = AllocationEvent.objects.filter(allocation=work).count()
+    sent.step(_report, "gpu-a", Started(id=f"s{next(_ids)}", allocation=str(work.pk), pid=11, run=1))
+    assert AllocationEvent.objects.filter(allocation=work).count() == rows  # no "started on" for run 2
+
+    make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=7, checkpoint="auto",
+                    vcluster=vcluster_hpc)
+    sent.step(schedule_pass, resource_group.pk)
+    assert _state(work) == "checkpointing"  # the second run is asked to checkpoint
+    sent.step(_report, "gpu-a", CheckpointDone(id=f"c{next(_ids)}", allocation=str(work.pk), ok=True,
+                                               location="/ckpt/old", run=1))
+    assert _state(work) == "checkpointing"  # the first run's checkpoint is not this one's
+    sent.step(_report, "gpu-a", CheckpointDone(id=f"c{next(_ids)}", allocation=str(work.pk), ok=True,
+                                               location="/ckpt/2", run=2))
+    assert _state(work) == "pending"
+    assert Allocation.objects.get(pk=work.pk).checkpoint_location == "/ckpt/2"
+
+
+def test_reports_naming_no_run_are_judged_by_state_as_from_older_agents(sent, make_allocation, resource_group,
+                                                                        vcluster_hpc, node_gpu_a):
+    work = _second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=1)
+    sent.step(_report, "gpu-a", Exited(id=f"x{next(_ids)}", allocation=str(work.pk), exit_code=0,
+                                       reason="completed"))
+    assert _state(work) == "completed"
+
+
+def test_a_hello_listing_an_earlier_run_kills_it_and_starts_the_run_placed_here(sent, make_allocation,
+                                                                                resource_group, vcluster_hpc,
+                                                                                node_gpu_a):
+    """The agent still runs the first run's process and never got the second run's start: the old
+    process is killed, then the start sent again (the agent starts it once the old one is gone)."""
+    work = _second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=1)
+    Node.objects.filter(pk=node_gpu_a.pk).update(last_heartbeat_at=None)  # never heard before: start again
+    reply = node_hello(node=node_gpu_a, frame=Hello(
+        id="h1", agent_version="t", capacity={}, labels={},
+        running=[{"allocation": str(work.pk), "phase": "running", "pid": 5, "run": 1}]))
+    assert [(f["type"], f.get("run")) for f in reply.frames] == [("welcome", None), ("kill", None), ("start", 2)]
+    assert _state(work) == "running"
+
+    reply = node_hello(node=node_gpu_a, frame=Hello(
+        id="h2", agent_version="t", capacity={}, labels={},
+        running=[{"allocation": str(work.pk), "phase": "running", "pid": 6, "run": 2}]))
+    assert [f["type"] for f in reply.frames] == ["welcome"]  # its own run: nothing to say
+
+
+@pytest.mark.parametrize("run", ["true", "-1", "2147483648", "1.0", '"1"'])
+def test_a_report_s_run_must_be_a_small_non_negative_integer(run):
+    with pytest.raises(BadFrame):
+        parse(f'{{"type": "exited", "id": "e", "allocation": "7", "exit_code": 0, "reason": "completed", "run": {run}}}')
+    with pytest.raises(BadFrame):
+        parse('{"type": "hello", "id": "h", "agent_version": "t", "capacity": {}, "labels": {}, '
+              f'"running": [{{"allocation": "7", "run": {run}}}]}}')
+
+
+def test_a_report_s_run_is_optional():
+    assert parse('{"type": "exited", "id": "e", "allocation": "7", "exit_code": 0, "reason": "completed"}').run == 0
+    assert parse('{"type": "defer", "id": "d", "allocation": "7", "seconds": 5, "run": 4}').run == 4
