@@ -30,7 +30,8 @@ def node_drain(*, node: Node, actor: Any, reason: str) -> Node:
 
 def node_undrain(*, node: Node, actor: Any, reason: str, now: datetime | None = None) -> Node:
     """Back to what its agent says: ready only if heard within the heartbeat timeout and healthy;
-    Degraded when silent or its GPUs unhealthy (liveness takes it on from there); Unknown if never heard."""
+    Degraded when silent or its GPUs unhealthy (liveness takes it on from there); Unknown if never heard.
+    A node that is not drained is left as it is, and no audit entry says otherwise."""
     heard = (now or timezone.now()) - timedelta(seconds=HEARTBEAT_TIMEOUT_S)
     with transaction.atomic():
         before = {"state": node.state}
@@ -39,6 +40,8 @@ def node_undrain(*, node: Node, actor: Any, reason: str, now: datetime | None = 
             When(Q(last_heartbeat_at__lt=heard) | ~Q(health_reason=""), then=Value(NodeState.DEGRADED)),
             default=Value(NodeState.READY)))
         node.refresh_from_db()
+        if node.state == before["state"]:
+            return node  # it was not drained: nothing changed, nothing to audit
         nodes_changed([node.pk])
         policy_change_record(actor=actor, action="undrain", target=node, before=before,
                              after={"state": node.state}, reason=reason)

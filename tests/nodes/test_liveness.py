@@ -185,3 +185,11 @@ def test_an_undrain_restores_what_the_agent_says_not_ready_regardless(node_gpu_a
     assert Node.objects.get(pk=node_gpu_a.pk).state == "drained"  # stays drained
     assert node_undrain(node=node_gpu_a, actor=operator, reason="done", now=now).state == expected
     assert PolicyChange.objects.filter(action="undrain").get().after == {"state": expected}
+
+
+def test_an_undrain_of_a_node_not_drained_changes_nothing_and_audits_nothing(node_gpu_a, operator):
+    from nodes.drain import node_undrain
+
+    assert node_undrain(node=node_gpu_a, actor=operator, reason="by mistake").state == "ready"
+    assert Node.objects.get(pk=node_gpu_a.pk).state == "ready"
+    assert not PolicyChange.objects.filter(action="undrain").exists()
