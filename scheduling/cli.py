@@ -119,6 +119,14 @@ def whole(text: str) -> int:
     return int(text)
 
 
+def states(text: str) -> str:
+    """``--state``: a comma-separated list of states, none of them empty (the server names an
+    unknown one)."""
+    if not all(part.strip() for part in text.split(",")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of states")
+    return text
+
+
 def job_id(text: str) -> int:
     """A job's id: ASCII digits, an id the database can hold (scheduling/ids.py)."""
     value = row_id(text)
@@ -318,12 +326,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--what-if", action="store_true", help="print the decision it would get now; store nothing")
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
     lst = sub.add_parser("list", help="my tenant's allocations, newest first")
-    lst.add_argument("--state", help="comma-separated states")
+    lst.add_argument("--state", type=states, help="comma-separated states")
     lst.add_argument("--group", help="resource group")
     lst.add_argument("--array", help="the tasks of one array (its id)")
     q = sub.add_parser("queue", help="my tenant's work with its place in the queue (like squeue)")
     q.add_argument("--group", help="resource group")
-    q.add_argument("--state", help="comma-separated states (default: pending,running)")
+    q.add_argument("--state", type=states, help="comma-separated states (default: pending,running)")
     q.add_argument("--format", help=f"comma-separated columns (default: {QUEUE_FORMAT}); "
                                     f"known: {', '.join(QUEUE_COLUMNS)}")
     use = sub.add_parser("usage", help="GPU-hours and node-hours (my tenants'; operators: everyone's)")

@@ -218,3 +218,9 @@ def test_a_redirect_is_exit_1_naming_it_and_the_token_goes_nowhere_else(token, c
     err = _one_line_error(capsys)
     assert f"redirects to {target}" in err and "--url" in err, err
     assert heard == [], heard
+
+
+@pytest.mark.parametrize("given", ["", ",", "pending,", " , running"])
+def test_an_empty_state_is_exit_2_before_any_request(given, capsys):
+    assert main(["--url", NOWHERE, "queue", "--state", given], out=io.StringIO()) == 2  # argparse's refusal
+    assert "is not a comma-separated list of states" in capsys.readouterr().err

@@ -37,6 +37,10 @@ def test_refuses_bad_arguments_and_an_unseeded_database():
         call_command("demo_traffic", "--interval", "0", "--count", "1")
     # argparse's refusal: exit 2 from a shell (test_command_arguments), an error here
     assert "--interval: '0' is not a finite number of seconds above 0" in str(error.value)
+    for url in ("ftp://x", "http://", "http://x:99999"):  # never reachable: it would retry for ever
+        with pytest.raises(CommandError) as error:
+            call_command("demo_traffic", "--url", url, "--count", "1")
+        assert f"--url: '{url}' is not" in str(error.value)
     with pytest.raises(CommandError) as error:
         call_command("demo_traffic", "--count", "1")
     assert error.value.returncode == 2 and "seed_demo" in str(error.value)

@@ -23,7 +23,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from scheduling.actions.tokens import api_token_issue, api_token_revoke
-from scheduling.management.arguments import seconds
+from scheduling.management.arguments import http_url, seconds
 from scheduling.management.database import DatabaseCommand
 from scheduling.models import Membership, ResourceGroup
 from scheduling.models.secrets import PREFIX_LEN
@@ -47,7 +47,7 @@ class Command(DatabaseCommand):
     help = "Submit varied work for the demo tenants through the API, forever or --count times."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--url", default="http://127.0.0.1:8000", help="the Lattice server")
+        parser.add_argument("--url", type=http_url, default="http://127.0.0.1:8000", help="the Lattice server")
         parser.add_argument("--interval", type=seconds(positive=True), default=3.0, help="mean seconds between submissions")
         parser.add_argument("--count", type=int, default=0, help="stop after this many (0: run until stopped)")
         parser.add_argument("--seed", type=int, default=None)
