@@ -17,7 +17,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from nodes import cgroups, runas
+from nodes import agent_commands, cgroups, runas
 from nodes.checkpoint_files import CheckpointFiles, done_location, size_of
 from nodes.processes import EXIT_FILE, Running, Waiting, alive, device_uuids, recorded_exit_code
 from nodes.protocol import CheckpointDone, Exited, Report, Started, new_id
@@ -44,24 +44,31 @@ class Work:
 
     # -- surviving our own restart ------------------------------------------------------------
     def _save(self) -> None:
+        """What runs (each process, its run, and whether it is being stopped) and the starts that
+        wait for stopping processes: a restarted agent takes both back (``adopt``)."""
         data = {a: {"pid": r.pid, "checkpoint_dir": str(r.checkpoint_dir), "devices": sorted(r.devices),
-                    "run": r.run, **({"cgroup": str(r.cgroup)} if r.cgroup else {})} for a, r in self.running.items()}
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(self.state_file)
+                    "run": r.run, **({"cgroup": str(r.cgroup)} if r.cgroup else {}),
+                    **({"signalled": r.signalled} if r.signalled else {})} for a, r in self.running.items()}
+        for path, content in ((self.state_file, data), (self.waiting_file, {a: w.frame for a, w in self.waiting.items()})):
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(content))
+            tmp.replace(path)
+
+    @property
+    def waiting_file(self) -> Path:
+        return self.state_file.with_name("agent-waiting.json")
 
     async def adopt(self) -> None:
-        """Take back the processes a previous run of this agent started; report those that ended."""
-        try:
-            data = json.loads(self.state_file.read_text())
-        except (OSError, ValueError):
-            return
-        for alloc, info in (data.items() if isinstance(data, dict) else []):
+        """Take back the processes a previous run of this agent started (report those that ended),
+        then the starts it had waiting for stopping processes to leave their GPUs."""
+        waiting = _saved(self.waiting_file)  # (read before the processes' save rewrites it)
+        for alloc, info in _saved(self.state_file).items():
             try:
                 entry = Running(alloc, pid=int(info["pid"]), checkpoint_dir=Path(info["checkpoint_dir"]),
                                 cgroup=Path(info["cgroup"]) if info.get("cgroup") else None,
                                 devices=frozenset(map(str, info.get("devices") or ())),
-                                run=int(info.get("run") or 0))
+                                run=int(info.get("run") or 0),
+                                signalled=info.get("signalled") if info.get("signalled") in SIGNALLED else None)
             except (TypeError, KeyError, ValueError, AttributeError):  # written by hand, or damaged
                 log.warning("%s: cannot adopt allocation %r from %r: not a saved process", self.state_file,
                             alloc, info)
@@ -76,6 +83,14 @@ class Work:
             self.running[alloc] = entry
             entry.task = asyncio.get_running_loop().create_task(self._watch_adopted(entry))
         self._save()
+        for alloc, frame in waiting.items():
+            try:  # checked again as it was when it came: the file may have been edited or damaged
+                frame = agent_commands.command(json.dumps(frame))
+            except agent_commands.Ignored as exc:
+                log.warning("%s: not starting allocation %r: %s", self.waiting_file, alloc, exc)
+                continue
+            if frame.get("type") == "start" and str(frame.get("allocation")) == alloc:
+                await self._start(frame)  # waits again for what still holds its GPUs, or starts
 
     async def _watch_adopted(self, entry: Running) -> None:
         while alive(entry.pid):
@@ -158,13 +173,15 @@ class Work:
         terminate or kill of its allocation drops it (``_signal``), so work stopped before it
         could start never starts later, beside whatever the control plane placed there since."""
         task = asyncio.get_running_loop().create_task(self._start_after(alloc, previous, frame))
-        self.waiting[alloc] = Waiting(task, int(frame.get("run") or 0))
+        self.waiting[alloc] = Waiting(task, frame)
+        self._save()
 
     async def _start_after(self, alloc: str, previous: list[asyncio.Task[Any]], frame: dict[str, Any]) -> None:
         await asyncio.gather(*(asyncio.shield(task) for task in previous), return_exceptions=True)
         waiting = self.waiting.get(alloc)
         if waiting is not None and waiting.task is asyncio.current_task():
             del self.waiting[alloc]  # no longer waiting: a stop now finds it running (or not at all)
+            self._save()
         await self._start(frame)
 
     def _leaving(self, devices: frozenset[str]) -> list[asyncio.Task[Any]]:
@@ -242,19 +259,21 @@ class Work:
                 asyncio.get_running_loop().create_task(self.report(
                     Exited(id=new_id(), allocation=alloc, exit_code=None, reason=reason, run=waiting.run)))
         entry = self.running.get(alloc)
-        if entry is None:
-            return False
-        entry.signalled = reason
-        if self.simulate:
-            if entry.task is not None:
-                entry.task.cancel()
-            self.running.pop(alloc, None)
-            asyncio.get_running_loop().create_task(self.report(
-                Exited(id=new_id(), allocation=alloc, exit_code=-int(sig), reason=reason, run=entry.run)))
-            return False
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(entry.pid, sig)
-        return True
+        signalled = entry is not None and not self.simulate
+        if entry is not None:
+            entry.signalled = reason  # saved: a restarted agent still knows it is leaving
+            if self.simulate:
+                if entry.task is not None:
+                    entry.task.cancel()
+                self.running.pop(alloc, None)
+                asyncio.get_running_loop().create_task(self.report(
+                    Exited(id=new_id(), allocation=alloc, exit_code=-int(sig), reason=reason, run=entry.run)))
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(entry.pid, sig)
+        if waiting is not None or entry is not None:
+            self._save()
+        return signalled
 
 
 def _exit_reason(entry: Running, code: int | None) -> str:
@@ -265,3 +284,15 @@ def _exit_reason(entry: Running, code: int | None) -> str:
     if code == 0:
         return "completed"
     return "oom" if cgroups.oom_kills(entry.cgroup) else "failed"
+
+
+SIGNALLED = ("terminated", "killed")
+
+
+def _saved(path: Path) -> dict[str, Any]:
+    """A state file's object ({} when there is none, or it is not one)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

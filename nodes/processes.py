@@ -46,10 +46,15 @@ class Running:
 
 
 class Waiting(NamedTuple):
-    """A start waiting for stopping processes to leave its GPUs: the task that starts it, and its run."""
+    """A start waiting for stopping processes to leave its GPUs: the task that starts it, and its
+    frame (saved, so a restarted agent waits again)."""
 
     task: asyncio.Task[Any]
-    run: int
+    frame: dict[str, Any]
+
+    @property
+    def run(self) -> int:
+        return int(self.frame.get("run") or 0)
 
 
 def device_uuids(devices: Any) -> frozenset[str]:
