@@ -56,7 +56,7 @@ from scheduling.actions.starts import bound_devices, run_as_of, start_frame
 from scheduling.dispatch import agent_revoked_on_commit, event_on_commit
 from scheduling.errors import InvalidTransition
 from scheduling.models import Allocation, AllocationEvent, Placement
-from scheduling.states import HOLDING, State
+from scheduling.states import FAILING, HOLDING, Leaving, State
 
 HEARTBEAT_INTERVAL_S = 10
 HEARTBEAT_TIMEOUT_S = 30
@@ -326,10 +326,12 @@ def allocation_lost(*, allocation: Allocation, reason: str, now: datetime, node:
         assert node is not None
         Placement.objects.filter(allocation=allocation, node=node).delete()
         give_back_borrowed([node.pk])
-        victim_stopping(allocation, allocation.fail_reason or reason, now, command="kill")
-    elif allocation.cancel_asked:  # being cancelled, and now gone
+        # The first failure decides how it ends (its words and its kind); else this node's loss.
+        victim_stopping(allocation, allocation.fail_reason or reason, now, command="kill",
+                        leaving=allocation.leaving if allocation.leaving in FAILING else Leaving.NODE_LOST)
+    elif allocation.being_cancelled:  # being cancelled, and now gone
         stopped_cancelled(allocation, reason, now)
-    elif allocation.fail_reason:  # already stopping for a failure, and now gone: declared lost
+    elif allocation.leaving in FAILING:  # already stopping for a failure, and now gone: declared lost
         stopped_failed(allocation, reason, now)
     else:
         victim_failed(allocation, reason, now, node_failure=True)

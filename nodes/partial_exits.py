@@ -27,7 +27,7 @@ from scheduling.actions.lifecycle import (
 from scheduling.actions.release import give_back_borrowed
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.pass_asks import request_pass_on_commit
-from scheduling.states import State
+from scheduling.states import Leaving, State
 
 
 def exited_on_one_node(*, allocation: Allocation, node: Node, exit_code: int | None, reason: str,
@@ -56,14 +56,17 @@ def exited_on_one_node(*, allocation: Allocation, node: Node, exit_code: int | N
             alloc.state, "still leaving")
         AllocationEvent.objects.create(
             allocation=alloc, from_state=alloc.state, to_state=alloc.state,
-            reason=f"{ONE_NODE_EXITED}{node.name}: {reason} ({exit_code}); {others} more node(s) {going_on}"[:255])
+            reason=f"{ONE_NODE_EXITED}{node.name}: {reason} ({exit_code}); {others} more node(s) {going_on}"[:255],
+            node_freed=True)
         if alloc.state == State.TERMINATING or (reason == "completed" and exit_code == 0):
             return True
         # The work failed: its exit code is this one, whatever the other processes exit with.
         Allocation.objects.filter(pk=alloc.pk).update(exit_code=exit_code)
         alloc.exit_code = exit_code
         if alloc.state == State.RUNNING:
-            victim_stopping(alloc, f"{ONE_NODE_EXITED}{node.name}: {reason} ({exit_code})", now, command="terminate")
+            victim_stopping(alloc, f"{ONE_NODE_EXITED}{node.name}: {reason} ({exit_code})", now, command="terminate",
+                            leaving=Leaving.RANK_FAILED)
         else:  # checkpointing: its checkpoint failed with it, the other processes are killed (as for a failed one)
-            victim_stopping(alloc, f"{CHECKPOINT_FAILED_ON}{node.name}: {reason} ({exit_code})", now, command="kill")
+            victim_stopping(alloc, f"{CHECKPOINT_FAILED_ON}{node.name}: {reason} ({exit_code})", now, command="kill",
+                            leaving=Leaving.RANK_FAILED)
         return True

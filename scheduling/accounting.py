@@ -4,11 +4,11 @@ An allocation is billed for every second it holds its nodes: from each event tha
 into a holding state (running, checkpointing, terminating: a victim saving its checkpoint
 still occupies its GPUs) to the next event that moves it out (suspended, pending again after a
 requeue, completed, failed, cancelled, preempted). Work of several nodes whose process is gone
-on one of them frees that node alone (an event in the same state says so): from then on that
-node is not billed. Suspended and pending time is free. A
-requeued copy is an allocation of its own and billed for its own runs. Each interval is split
-at midnight UTC, so a day's figure is exactly what ran within that day, and an interval still
-open is counted up to ``until`` (or now).
+on one of them frees that node alone (its event, in the same state, is marked ``node_freed``):
+from then on that node is not billed. Suspended and pending time is free. A requeued copy is
+an allocation of its own and billed for its own runs. Each interval is split at midnight UTC,
+so a day's figure is exactly what ran within that day, and an interval still open is counted
+up to ``until`` (or now).
 
 Sums are kept in integer microseconds, so the totals are exact and do not depend on the order
 they are added in. Nothing here writes: budgets, the usage API, the CSV and the usage series
@@ -24,11 +24,11 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import BooleanField, Case, F, Q, Value, When
+from django.db.models import Q
 from django.utils import timezone
 
 from scheduling.models import Allocation, AllocationEvent, ResourceGroup, Tenant, VCluster
-from scheduling.states import HOLDING, ONE_NODE_EXITED
+from scheduling.states import HOLDING
 
 GROUP_BY_FIELDS = ("tenant", "user", "vcluster", "resource_group", "day")
 MICRO = 1_000_000
@@ -105,12 +105,6 @@ def holding_pieces(events: Iterable[tuple[str, datetime, bool]], *, until: datet
     return [(s, e, n) for s, e, n in pieces if e > s]
 
 
-def freed_one_node() -> Case:
-    """Whether an event freed one node of its allocation (see holding_pieces), as a column."""
-    return Case(When(Q(reason__startswith=ONE_NODE_EXITED) & Q(from_state=F("to_state")), then=Value(True)),
-                default=Value(False), output_field=BooleanField())
-
-
 IDS_PER_QUERY = 20_000
 
 
@@ -136,8 +130,8 @@ def intervals(*, since: datetime, until: datetime | None = None, tenant_ids: Seq
     ids = sorted(allocs)
     for lo in range(0, len(ids), IDS_PER_QUERY):  # PostgreSQL takes at most 65,535 parameters
         events = (AllocationEvent.objects.filter(allocation_id__in=ids[lo:lo + IDS_PER_QUERY], created_at__lt=until)
-                  .annotate(freed=freed_one_node()).order_by("allocation_id", "created_at", "id")
-                  .values_list("allocation_id", "to_state", "created_at", "freed"))
+                  .order_by("allocation_id", "created_at", "id")
+                  .values_list("allocation_id", "to_state", "created_at", "node_freed"))
         for alloc_id, to_state, at, freed in events.iterator(chunk_size=5000):
             history[alloc_id].append((to_state, at, freed))
     out: list[Interval] = []

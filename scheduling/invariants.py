@@ -23,7 +23,7 @@ from django.utils import timezone
 from nodes.models import Node, NodeState
 from scheduling.models import Allocation, AllocationEvent, Placement, PolicyChange, Quota
 from scheduling.models.allocations import RESOURCES
-from scheduling.states import HOLDING, ONE_NODE_EXITED, State
+from scheduling.states import FAILED_ON_A_NODE, HOLDING, State
 
 LEAVING = (State.CHECKPOINTING, State.TERMINATING)
 # How long a victim stopped by a checkpoint timeout may still run: the terminate grace the
@@ -175,12 +175,11 @@ def exited_zero_recorded_failed(*, exits: Exits | None = None) -> list[str]:
            .values_list("allocation_id", "reason")]
     reported = sorted({int(pk) for pk, codes in (exits or {}).items()
                        if any(code == 0 and reason == "completed" for code, reason in codes)})
+    # Work of several nodes whose process failed on another is no violation: one completed rank is not the work.
     for pk in (Allocation.objects.filter(pk__in=reported, state=State.FAILED).exclude(exit_code=0)
-               .order_by("pk").values_list("pk", flat=True)):
+               .exclude(leaving__in=FAILED_ON_A_NODE).order_by("pk").values_list("pk", flat=True)):
         reason = (AllocationEvent.objects.filter(allocation_id=pk, to_state=State.FAILED)
                   .values_list("reason", flat=True).first()) or ""
-        if reason.startswith((ONE_NODE_EXITED, f"checkpoint failed: {ONE_NODE_EXITED}")):
-            continue  # work of several nodes whose process failed on another: one completed rank is not the work
         out.append(f"#{pk} is failed ({reason}) though its agent reported it completed with exit 0")
     return out
 

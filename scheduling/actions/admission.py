@@ -151,7 +151,7 @@ def allocation_cancel(*, allocation: Allocation, actor: AbstractBaseUser | None,
         alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
         if alloc.state in FINAL:
             raise Conflict(f"allocation {alloc.pk} already ended ({alloc.state})")
-        if alloc.cancel_asked:
+        if alloc.being_cancelled:
             raise Conflict(f"allocation {alloc.pk} is already being cancelled: it ends once its process is gone")
         if alloc.state in HOLDING:
             cancel_stopping(alloc, actor, reason, timezone.now())

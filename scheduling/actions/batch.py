@@ -24,7 +24,7 @@ from scheduling.errors import Conflict, DomainError
 from scheduling.models import Allocation, AllocationEvent, JobArray
 from scheduling.models.allocations import HeldBy
 from scheduling.pass_asks import request_pass_on_commit
-from scheduling.states import FINAL, State
+from scheduling.states import FINAL, Leaving, State
 
 HOLDABLE = (State.PENDING, State.SUSPENDED)
 
@@ -87,8 +87,9 @@ def allocation_requeue(*, allocation: Allocation, actor: Any, reason: str) -> Al
         alloc = Allocation.objects.select_for_update().get(pk=allocation.pk)
         if alloc.state != State.RUNNING:
             raise Conflict(f"allocation {alloc.pk} is {alloc.state}: only running work can be requeued")
-        Allocation.objects.filter(pk=alloc.pk).update(requeue_asked=True)
         allocations_preempt(victims=[(alloc.pk, "terminate")], decision=None, checkpoint_timeout_s=0)
+        # Not a preemption's leave: once its process is gone it is pending again, whatever the mode.
+        Allocation.objects.filter(pk=alloc.pk).update(leaving=Leaving.REQUEUE)
         alloc.refresh_from_db()
         _audit(alloc, "requeue", actor, reason, {"state": State.RUNNING}, {"state": alloc.state, "requeue": True},
                "requeue asked by an operator")

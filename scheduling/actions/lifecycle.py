@@ -29,19 +29,29 @@ from scheduling.dispatch import DEADLINES, event_on_commit, task_on_commit
 from scheduling.engine.model import effective_mode
 from scheduling.models import Allocation, AllocationEvent, Placement, ResourceGroup
 from scheduling.passes.snapshot import policy_of
-from scheduling.states import FINAL, HOLDING, ONE_NODE_EXITED, State
+from scheduling.states import (
+    CANCELLING,
+    FAILED_ON_A_NODE,
+    FAILING,
+    FINAL,
+    HOLDING,
+    ONE_NODE_EXITED,
+    Leaving,
+    State,
+)
 
 HOLD_MARGIN_S = 60
 # How long a terminating allocation has to report its exit before it is killed and counted gone.
 LEAVE_GRACE_S = TERMINATE_GRACE_S + 5
 WALLTIME_EXCEEDED = "walltime exceeded"  # the start of the reason of work stopped at its walltime
-CHECKPOINT_FAILED_ON = f"checkpoint failed: {ONE_NODE_EXITED}"  # ... the same, while checkpointing
+# The start of the reason of checkpointing work whose process failed on one of its nodes.
+CHECKPOINT_FAILED_ON = f"checkpoint failed: {ONE_NODE_EXITED}"
 
 
 def failed_on_a_node(alloc: Allocation) -> bool:
     """Whether ``alloc`` is being stopped as its process failed on one of its nodes: the work
     failed, so the others' exit 0 does not make it completed."""
-    return alloc.fail_reason.startswith((ONE_NODE_EXITED, CHECKPOINT_FAILED_ON))
+    return alloc.leaving in FAILED_ON_A_NODE
 
 
 def mode_of(alloc: Allocation) -> str:
@@ -52,7 +62,7 @@ def mode_of(alloc: Allocation) -> str:
 def requeue(alloc: Allocation, *, reason: str, resume: bool, now: datetime, **extra: Any) -> None:
     allocation_transition(allocation=alloc, to=State.PENDING, reason=reason, now=now, fields={
         "preempted_count": alloc.preempted_count + 1, "resume_from_checkpoint": resume, "started_at": None,
-        "deadline_at": None, "requeue_asked": False, **extra})
+        "deadline_at": None, "leaving": Leaving.NONE, **extra})
 
 
 # Exit reasons the agent gives only for processes the control plane asked it to stop.
@@ -87,14 +97,14 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
                                   reason=f"exited: completed (0) while {alloc.state}",
                                   fields={**fields, "ended_at": moment, "deadline_at": None})
             allocation_release(allocation=alloc)
-        elif alloc.state == State.TERMINATING and alloc.cancel_asked:
+        elif alloc.state == State.TERMINATING and alloc.leaving in CANCELLING:
             stopped_cancelled(alloc, f"exited: {reason} ({exit_code})", moment, fields=fields)
-        elif alloc.state == State.TERMINATING and alloc.fail_reason:
+        elif alloc.state == State.TERMINATING and alloc.leaving in FAILING:
             # A process failed on another node: its exit code is the work's (kept), not this one's.
             stopped_failed(alloc, f"exited: {reason} ({exit_code})", moment,
                            fields={} if failed_on_a_node(alloc) else fields)
         elif alloc.state == State.TERMINATING:
-            if alloc.requeue_asked:  # an operator's requeue: back to the queue whatever the mode
+            if alloc.leaving == Leaving.REQUEUE:  # an operator's requeue: back to the queue whatever the mode
                 requeue(alloc, reason="requeued by an operator", resume=False, now=moment, **fields)
             elif mode == "terminate":
                 allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="preempted (terminate mode)",
@@ -129,13 +139,16 @@ def victim_failed(alloc: Allocation, reason: str, moment: datetime, *, command: 
         requeue_failed(alloc)
 
 
-def victim_stopping(alloc: Allocation, reason: str, moment: datetime, *, command: str) -> None:
+def victim_stopping(alloc: Allocation, reason: str, moment: datetime, *, command: str, leaving: str) -> None:
     """Work that must end failed while its process may still run (its checkpoint timed out or
     failed, a node of it was lost): it becomes terminating, ``command`` ("terminate" or "kill")
     goes to its agents, and it keeps its nodes until it reports its exit or the grace passes
     (then it is killed and counted gone), so no one starts on them while it still runs. It
-    then ends failed with ``reason`` (``stopped_failed``)."""
-    fields = {"fail_reason": reason[:255], "deadline_at": moment + timedelta(seconds=LEAVE_GRACE_S)}
+    then ends failed with ``reason`` (``stopped_failed``), by the failure ``leaving`` says;
+    work being cancelled still ends cancelled."""
+    fields: dict[str, Any] = {"fail_reason": reason[:255], "deadline_at": moment + timedelta(seconds=LEAVE_GRACE_S)}
+    if alloc.leaving not in CANCELLING:
+        fields["leaving"] = leaving
     if alloc.state == State.TERMINATING:  # already leaving: now for a failure
         Allocation.objects.filter(pk=alloc.pk).update(**fields)
         for key, value in fields.items():
@@ -154,8 +167,7 @@ def stopped_failed(alloc: Allocation, how: str, moment: datetime, *, command: st
     may requeue it under ``on_node_failure``; a checkpoint's failure, its walltime or a process
     failed on one of its nodes, only under ``always``."""
     victim_failed(alloc, f"{alloc.fail_reason}; {how}", moment, command=command, fields=fields,
-                  node_failure=not alloc.fail_reason.startswith(("checkpoint", WALLTIME_EXCEEDED,
-                                                                              ONE_NODE_EXITED)))
+                  node_failure=alloc.leaving == Leaving.NODE_LOST)
 
 
 def cancel_stopping(alloc: Allocation, actor: Any, reason: str, moment: datetime) -> None:
@@ -163,18 +175,20 @@ def cancel_stopping(alloc: Allocation, actor: Any, reason: str, moment: datetime
     for a preemption or a failure): it becomes (or stays) terminating, its agents are told to
     terminate it, and it keeps its nodes until its exit or the kill after the grace, so nothing
     starts on its GPUs while it still runs; then it ends cancelled (``stopped_cancelled``), never
-    requeued. Work that completes meanwhile ends completed."""
+    requeued. Work that completes meanwhile ends completed, unless its process had failed on one
+    of its nodes (the work failed: it ends cancelled)."""
     deadline = moment + timedelta(seconds=LEAVE_GRACE_S)
+    leaving = Leaving.RANK_FAILED_CANCEL if alloc.leaving == Leaving.RANK_FAILED else Leaving.CANCEL
     if alloc.state == State.TERMINATING:  # already leaving: it now ends cancelled, and is asked again
         # within the grace it already has, so a preemptor waiting for it waits no longer for a cancel
         deadline = min(deadline, alloc.deadline_at or deadline)
-        Allocation.objects.filter(pk=alloc.pk).update(cancel_asked=True, deadline_at=deadline)
-        alloc.cancel_asked, alloc.deadline_at = True, deadline
+        Allocation.objects.filter(pk=alloc.pk).update(leaving=leaving, deadline_at=deadline)
+        alloc.leaving, alloc.deadline_at = leaving, deadline
         AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state, actor=actor,
                                        reason=f"{reason} while terminating: it ends cancelled"[:255])
     else:
         allocation_transition(allocation=alloc, to=State.TERMINATING, reason=f"{reason}: stopping"[:255], actor=actor,
-                              now=moment, fields={"cancel_asked": True, "deadline_at": deadline})
+                              now=moment, fields={"leaving": leaving, "deadline_at": deadline})
     allocation_signal(allocation=alloc, command="terminate")
     task_on_commit(DEADLINES, [alloc.pk], countdown=LEAVE_GRACE_S + 1)
 
@@ -200,7 +214,7 @@ def requeue_failed(alloc: Allocation) -> Allocation | None:
     copy.started_at = copy.ended_at = copy.exit_code = copy.deadline_at = copy.preempted_by = None
     copy.ran_on = []  # it has run nowhere: no agent may report about it until it starts (nodes/actions.py)
     copy.fail_reason = ""
-    copy.requeue_asked = False
+    copy.leaving = Leaving.NONE
     copy.save()
     AllocationEvent.objects.create(allocation=copy, from_state="", to_state=State.PENDING,
                                    reason=f"requeued from {alloc.pk} ({copy.requeue_count}/{alloc.max_requeue})")
@@ -233,14 +247,14 @@ def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) 
                 return alloc
             reason = ("checkpoint timed out after the maximum deferral" if deferred_all
                       else "checkpoint timed out")
-            victim_stopping(alloc, reason, moment, command="terminate")
-        elif alloc.cancel_asked:
+            victim_stopping(alloc, reason, moment, command="terminate", leaving=Leaving.CHECKPOINT_FAILED)
+        elif alloc.leaving in CANCELLING:
             stopped_cancelled(alloc, "killed after grace", moment, command="kill")
-        elif alloc.fail_reason:
+        elif alloc.leaving in FAILING:
             stopped_failed(alloc, "killed after grace", moment, command="kill")
         else:
             # The agent never reported the exit within the grace: kill, and count it as exited.
-            if mode_of(alloc) == "terminate" and not alloc.requeue_asked:
+            if mode_of(alloc) == "terminate" and alloc.leaving != Leaving.REQUEUE:
                 allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="killed after grace",
                                       now=moment, fields={"ended_at": moment})
             else:
@@ -294,7 +308,8 @@ def allocation_walltime(*, allocation_id: int, now: datetime | None = None) -> N
             return
         if alloc.started_at + timedelta(minutes=alloc.walltime_minutes) > moment:
             return
-        victim_stopping(alloc, f"{WALLTIME_EXCEEDED} ({alloc.walltime_minutes:g} min)", moment, command="terminate")
+        victim_stopping(alloc, f"{WALLTIME_EXCEEDED} ({alloc.walltime_minutes:g} min)", moment, command="terminate",
+                        leaving=Leaving.WALLTIME)
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
 
 

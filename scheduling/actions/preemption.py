@@ -28,7 +28,7 @@ from scheduling.dispatch import (
 from scheduling.errors import Conflict
 from scheduling.models import Allocation, AllocationEvent, Placement, PreemptionDecision
 from scheduling.passes.bulk import insert_rows
-from scheduling.states import State
+from scheduling.states import Leaving, State
 
 
 def allocation_preempt(*, allocation: Allocation, decision: PreemptionDecision | None, action: str,
@@ -88,9 +88,10 @@ def preempt_for(decisions: list[Chosen], *, checkpoint_timeout_s: float) -> None
                 to = State.CHECKPOINTING
                 for pk in group:
                     each[pk]["checkpoint_started_at"] = chosen[pk][1]
-                fields = {"deadline_extended": False, "deferred_seconds": 0, "checkpoint_progress_at": None}
+                fields = {"deadline_extended": False, "deferred_seconds": 0, "checkpoint_progress_at": None,
+                          "leaving": Leaving.PREEMPTED}
             else:
-                to, fields = State.TERMINATING, {}
+                to, fields = State.TERMINATING, {"leaving": Leaving.PREEMPTED}
             allocations_transition(ids=group, from_state=State.RUNNING, to=to, reason=f"preempted: {action}",
                                    fields=fields, each=each, decision_of={pk: chosen[pk][0] for pk in group})
             for pk in group:
@@ -141,7 +142,8 @@ def allocation_checkpoint_done(*, allocation: Allocation, ok: bool, location: st
             allocation_release(allocation=alloc, command="terminate")  # checkpointed: stop the process
             requeue(alloc, reason="requeued after preemption", resume=True, now=moment)
         else:
-            victim_stopping(alloc, f"checkpoint failed: {error}", moment, command="kill")
+            victim_stopping(alloc, f"checkpoint failed: {error}", moment, command="kill",
+                            leaving=Leaving.CHECKPOINT_FAILED)
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
     return alloc
 

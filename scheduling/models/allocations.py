@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from scheduling.states import State
+from scheduling.states import CANCELLING, Leaving, State
 
 RESOURCES = ("gpu", "cpu", "memory")
 
@@ -137,12 +137,10 @@ class Allocation(models.Model):
                                       related_name="requeues")
     ran_on = models.JSONField(default=list, blank=True,
                               help_text="Nodes of its latest placement; their agents may still report its exit.")
-    requeue_asked = models.BooleanField(
-        default=False, help_text="An operator asked to requeue it: once its process is gone it goes back to "
-                                 "pending, whatever the mode.")
-    cancel_asked = models.BooleanField(
-        default=False, help_text="Cancelled while it ran: it keeps its nodes until its process is gone (its exit, "
-                                 "or the kill after the grace), then ends cancelled.")
+    leaving = models.CharField(
+        max_length=24, choices=Leaving.choices, default=Leaving.NONE, blank=True,
+        help_text="Why it is leaving its nodes (preempted, a requeue or cancel asked, a failure): it keeps them "
+                  "until its process is gone (its exit, or the kill after the grace), then ends by this.")
 
     # -- batch verbs: holds, dependencies, arrays (the pass considers none of what is held or waits)
     held = models.BooleanField(default=False, help_text="Held: never started, never a preemptor, until released.")
@@ -178,6 +176,7 @@ class Allocation(models.Model):
             models.CheckConstraint(condition=Q(held_by__in=HeldBy.values), name="alloc_held_by_valid"),
             models.CheckConstraint(condition=Q(dependency__in=DependencyStatus.values),
                                    name="alloc_dependency_valid"),
+            models.CheckConstraint(condition=Q(leaving__in=Leaving.values), name="alloc_leaving_valid"),
         ]
 
     def __str__(self) -> str:
@@ -190,6 +189,11 @@ class Allocation(models.Model):
     @property
     def is_sensitive(self) -> bool:
         return self.sensitive or self.preemption_class == 10
+
+    @property
+    def being_cancelled(self) -> bool:
+        """A cancel was asked while its process may still run: it ends once that is gone."""
+        return self.leaving in CANCELLING
 
     def contract_constraints(self) -> dict[str, Any]:
         return dict(self.constraints or {})
@@ -255,6 +259,10 @@ class AllocationEvent(models.Model):
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
                               related_name="+")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # Its default is the database's too: events are also written by SQL of their own (a start's).
+    node_freed = models.BooleanField(
+        default=False, db_default=False, help_text="It freed one node of work of several whose process there is gone, while the "
+                                 "others go on (in the same state): the accounting stops billing that node.")
 
     class Meta:
         ordering = ["-created_at", "-id"]

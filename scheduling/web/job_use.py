@@ -10,7 +10,7 @@ from typing import Any
 
 from scheduling import accounting
 from scheduling.models import Allocation, AllocationEvent
-from scheduling.states import FINAL, HOLDING, ONE_NODE_EXITED
+from scheduling.states import FINAL, HOLDING
 
 
 def words(delta: timedelta) -> str:
@@ -21,8 +21,7 @@ def words(delta: timedelta) -> str:
 
 def job_use(alloc: Allocation, events: Iterable[AllocationEvent], now: datetime) -> dict[str, Any]:
     pieces = accounting.holding_pieces(
-        [(e.to_state, e.created_at, e.from_state == e.to_state and e.reason.startswith(ONE_NODE_EXITED))
-         for e in events], until=now, nodes=alloc.node_count)
+        [(e.to_state, e.created_at, e.node_freed) for e in events], until=now, nodes=alloc.node_count)
     gpus = alloc.node_count * alloc.per_node_gpu
     held = sum((accounting.micros(end - start) * nodes for start, end, nodes in pieces), 0)
     elapsed = elapsed_s = None

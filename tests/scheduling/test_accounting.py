@@ -166,10 +166,10 @@ def test_work_of_two_nodes_is_not_billed_for_a_node_its_process_there_has_left(m
     billing both nodes to the end counted that node's GPUs twice."""
     alloc = history(make_allocation(node_count=2, per_node_gpu=4, vcluster=vcluster_hpc, submitted_at=at(3, 0, 0)),
                     [("pending", at(3, 0, 0)), ("running", at(3, 1, 0))])
-    for reason, moment in (("started on gpu-a (pid 1), gpu-b (pid 2)", at(3, 1, 0, 1)),
-                           ("exited on gpu-b: completed (0); 1 more node(s) still running", at(3, 2, 0))):
+    for reason, moment, freed in (("started on gpu-a (pid 1), gpu-b (pid 2)", at(3, 1, 0, 1), False),
+                                  ("exited on gpu-b: completed (0); 1 more node(s) still running", at(3, 2, 0), True)):
         event = AllocationEvent.objects.create(allocation=alloc, from_state="running", to_state="running",
-                                               reason=reason)
+                                               reason=reason, node_freed=freed)
         AllocationEvent.objects.filter(pk=event.pk).update(created_at=moment)
     event = AllocationEvent.objects.create(allocation=alloc, from_state="running", to_state="completed")
     AllocationEvent.objects.filter(pk=event.pk).update(created_at=at(3, 4, 0))

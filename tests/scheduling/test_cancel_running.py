@@ -57,7 +57,7 @@ def test_its_node_stays_its_own_until_the_exit(resource_group, vcluster_hpc, nod
     job = _running(resource_group, vcluster_hpc, make_allocation)
     allocation_cancel(allocation=job, actor=user)
     job = _fresh(job)
-    assert (job.state, job.cancel_asked) == ("terminating", True)
+    assert (job.state, job.leaving) == ("terminating", "cancel")
     assert commands == [("gpu-a", "Terminate", str(job.pk))]
     assert list(job.placements.values_list("node__name", flat=True)) == ["gpu-a"]
 
@@ -131,12 +131,12 @@ def test_a_cancel_of_work_already_terminating_keeps_it_from_the_queue(resource_g
     low = _running(resource_group, vcluster_hpc, make_allocation, checkpoint="none")
     _job(make_allocation, vcluster_hpc, klass=7)
     schedule_pass(resource_group.pk)
-    assert _fresh(low).state == "terminating" and not _fresh(low).cancel_asked  # leaving to be requeued
+    assert (_fresh(low).state, _fresh(low).leaving) == ("terminating", "preempted")  # leaving to be requeued
     deadline = _fresh(low).deadline_at
 
     allocation_cancel(allocation=low, actor=user)
     low = _fresh(low)
-    assert (low.state, low.cancel_asked) == ("terminating", True)
+    assert (low.state, low.leaving) == ("terminating", "cancel")
     assert low.deadline_at == deadline  # the grace it had, not a new one: its preemptor waits no longer
     assert low.events.latest("id").actor == user
     allocation_exited(allocation=low, exit_code=-15, reason="terminated")

@@ -237,7 +237,7 @@ def test_checking_writes_nothing(make_allocation):
 def test_a_completed_rank_of_work_failed_on_another_node_is_no_violation(make_allocation):
     """Work of two nodes: one process completed with exit 0, the other failed, so the work failed
     (nodes/partial_exits.py); the agent's exit 0 for the first is not the work's."""
-    wide = make_allocation(state="failed", exit_code=1, node_count=2)
+    wide = make_allocation(state="failed", exit_code=1, node_count=2, leaving="rank_failed")
     AllocationEvent.objects.create(allocation=wide, from_state="terminating", to_state="failed",
                                    reason="exited on gpu-a: failed (1); exited: terminated (-15)")
     assert invariants.exited_zero_recorded_failed(exits={wide.pk: [(0, "completed"), (1, "failed")]}) == []
