@@ -342,6 +342,22 @@ def test_work_on_two_nodes_failed_on_one_ends_failed_though_the_other_then_exits
     assert not wide.placements.exists()
 
 
+def test_work_on_two_nodes_failed_on_one_then_cancelled_ends_cancelled_though_the_other_then_exits_0(
+        resource_group, vcluster_hpc, two_nodes, make_allocation, agents):
+    """A cancel of work already failing for a failed process: it ends cancelled, and the other
+    process's exit 0 in the grace does not make the failed work completed."""
+    wide = _job(make_allocation, vcluster_hpc, 2, nodes=2)
+    agents.step(schedule_pass, resource_group.pk)
+    now = timezone.now()
+    agents.step(agents.exit, "gpu-a", wide, code=3, reason="failed", now=now)
+    assert Allocation.objects.get(pk=wide.pk).leaving == "rank_failed"
+    agents.step(allocation_cancel, allocation=wide, actor=None)
+    assert Allocation.objects.get(pk=wide.pk).leaving == "rank_failed_cancel"
+    agents.step(agents.exit, "gpu-b", wide, code=0, reason="completed", now=now + timedelta(seconds=1))
+    wide.refresh_from_db()
+    assert wide.state == "cancelled" and not wide.placements.exists()
+
+
 def test_a_node_freed_by_one_process_asks_for_a_pass(resource_group, vcluster_hpc, two_nodes, make_allocation,
                                                       agents, monkeypatch):
     """The freed node may take waiting work at once, not at the next periodic pass."""
