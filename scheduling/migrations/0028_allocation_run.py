@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0024_cancel_keeps_nodes_until_gone'),
+        ('scheduling', '0027_drop_cancel_requeue_asked'),
     ]
 
     operations = [
