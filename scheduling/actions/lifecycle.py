@@ -215,6 +215,7 @@ def requeue_failed(alloc: Allocation) -> Allocation | None:
     copy.ran_on = []  # it has run nowhere: no agent may report about it until it starts (nodes/actions.py)
     copy.fail_reason = ""
     copy.leaving = Leaving.NONE
+    copy.run = 0  # its own runs: it has had none
     copy.save()
     AllocationEvent.objects.create(allocation=copy, from_state="", to_state=State.PENDING,
                                    reason=f"requeued from {alloc.pk} ({copy.requeue_count}/{alloc.max_requeue})")

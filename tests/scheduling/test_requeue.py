@@ -30,8 +30,10 @@ def test_always_requeues_a_failed_run_up_to_max_requeue(resource_group, vcluster
     [second] = _copies(first)
     assert (second.state, second.requeue_count, second.submitted_at) == ("pending", 1, first.submitted_at)
     assert Allocation.objects.get(pk=first.pk).state == "failed"
+    assert (Allocation.objects.get(pk=first.pk).run, second.run) == (1, 0)  # a copy has run nowhere yet
 
     schedule_pass(resource_group.pk)
+    assert Allocation.objects.get(pk=second.pk).run == 1  # its own first run
     allocation_exited(allocation=Allocation.objects.get(pk=second.pk), exit_code=1, reason="failed")
     assert Allocation.objects.get(pk=second.pk).state == "failed"
     assert _copies(second) == []  # max_requeue reached
