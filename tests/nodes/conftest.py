@@ -7,7 +7,7 @@ import pytest
 
 from nodes.agent import Agent
 from nodes.models import AgentToken
-from tests.nodes.test_end_to_end import agent_factory, control_plane, daphne  # noqa: F401
+from tests.nodes.test_end_to_end import agent_factory, control_plane, daphne, root_allowed  # noqa: F401
 
 # The agents here run as this process's user and their tenants map no Unix user, so their work
 # runs as the agent. As root, an agent refuses that unless the operator allowed root for the
@@ -24,21 +24,14 @@ def _unmapped_leave(monkeypatch):
         monkeypatch.setattr(Agent, "unmapped_as_agent", True)
 
 
-def _root_allowed(tenant):
-    if AS_ROOT:
-        tenant.allow_root = True
-        tenant.save(update_fields=["allow_root"])
-    return tenant
-
-
 @pytest.fixture
 def tenant_physics(tenant_physics):
-    return _root_allowed(tenant_physics)
+    return root_allowed(tenant_physics)
 
 
 @pytest.fixture
 def tenant_chemistry(tenant_chemistry):
-    return _root_allowed(tenant_chemistry)
+    return root_allowed(tenant_chemistry)
 
 
 def authenticated(token: str):

@@ -34,6 +34,15 @@ from tests.conftest import ROOT
 # (tests/nodes/conftest.py); as any other user, the agent needs the node operator's leave.
 UNMAPPED_LEAVE = () if os.geteuid() == 0 else ("--unmapped-as-agent",)
 
+
+def root_allowed(tenant):
+    """``tenant`` as real agents need it here: where they run as root, allowed to run its unmapped
+    work as the agent (root)."""
+    if os.geteuid() == 0:
+        tenant.allow_root = True
+        tenant.save(update_fields=["allow_root"])
+    return tenant
+
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 APP = '''
@@ -144,12 +153,13 @@ def agent_factory(tmp_path, daphne):
         if proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=10)
-    # Work survives its agent on purpose (a restarted agent adopts it): end it here.
-    state = tmp_path / "agent" / "agent-state.json"
-    if state.exists():
+    # Work survives its agent on purpose (a restarted agent adopts it): end it here, in every
+    # agent's work directory (one per node where several agents run). Pid 0 is a simulated run.
+    for state in tmp_path.rglob("agent-state.json"):
         for info in json.loads(state.read_text()).values():
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(info["pid"]), signal.SIGKILL)
+                if int(info["pid"]) > 0:
+                    os.killpg(int(info["pid"]), signal.SIGKILL)
 
 
 def test_preemption_checkpoint_and_resume_through_real_processes(tmp_path, resource_group, vcluster_hpc, node_gpu_a,
