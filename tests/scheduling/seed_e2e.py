@@ -56,6 +56,13 @@ def explain(c: Client, alloc_id: int) -> dict[str, Any]:
     return result
 
 
+@pytest.fixture(autouse=True)
+def eager_passes(settings):
+    """A submission's pass runs at its commit in this process, as a worker would run it (autouse
+    in the modules that import it)."""
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+
+
 @pytest.fixture(scope="module", name="control_plane")
 def one_control_plane(django_db_setup):
     """One Daphne for every test of the module that imports it (test_end_to_end's, started once):

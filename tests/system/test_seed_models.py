@@ -32,6 +32,7 @@ from scheduling.passes.run import schedule_pass
 from tests.nodes.test_end_to_end import agent_factory, daphne, wait_for  # noqa: F401
 from tests.scheduling.seed_e2e import (
     client_for,
+    eager_passes,  # noqa: F401  (autouse)
     explain,
     nodes,
     one_control_plane,  # noqa: F401  (the module's one Daphne)
@@ -44,12 +45,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(tra
 
 SIM_RUN_S = "600"  # simulated work outlives every test
 STARVATION_S = 30
-
-
-@pytest.fixture(autouse=True)
-def eager_passes(settings):
-    """A submission's pass runs at its commit in this process, as a worker would run it."""
-    settings.CELERY_TASK_ALWAYS_EAGER = True
 
 
 def _agents(tmp_path, agent_factory, group, vc, count: int) -> list[Node]:  # noqa: F811

@@ -21,6 +21,7 @@ from scheduling.models import Allocation, Membership, Placement
 from tests.nodes.test_end_to_end import agent_factory, daphne, wait_for  # noqa: F401
 from tests.scheduling.seed_e2e import (
     client_for,
+    eager_passes,  # noqa: F401  (autouse)
     nodes,
     one_control_plane,  # noqa: F401  (the module's one Daphne)
     started_ago,
@@ -29,11 +30,6 @@ from tests.scheduling.seed_e2e import (
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def eager_passes(settings):
-    settings.CELERY_TASK_ALWAYS_EAGER = True
 
 
 @pytest.fixture
