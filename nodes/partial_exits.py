@@ -25,6 +25,7 @@ from scheduling.actions.lifecycle import (
     victim_stopping,
 )
 from scheduling.actions.release import give_back_borrowed
+from scheduling.dispatch import event_on_commit
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.pass_asks import request_pass_on_commit
 from scheduling.states import Leaving, State
@@ -69,4 +70,6 @@ def exited_on_one_node(*, allocation: Allocation, node: Node, exit_code: int | N
         else:  # checkpointing: its checkpoint failed with it, the other processes are killed (as for a failed one)
             victim_stopping(alloc, f"{CHECKPOINT_FAILED_ON}{node.name}: {reason} ({exit_code})", now, command="kill",
                             leaving=Leaving.RANK_FAILED)
+        # Now terminating: watchers hear it, as for every other way into it.
+        event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
         return True

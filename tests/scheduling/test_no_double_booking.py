@@ -367,3 +367,22 @@ def test_a_node_freed_by_one_process_asks_for_a_pass(resource_group, vcluster_hp
     agents.step(schedule_pass, resource_group.pk)
     agents.step(agents.exit, "gpu-b", wide, code=0, reason="completed", now=timezone.now())
     assert asked == [resource_group.pk] and _state(wide) == "running"
+
+
+@pytest.mark.parametrize("phase", ["running", "checkpointing"])
+def test_work_whose_process_fails_on_one_node_is_announced_terminating(
+        resource_group, vcluster_hpc, two_nodes, make_allocation, agents, monkeypatch, phase):
+    """Every other way into terminating tells the live feed (and so the job's page); this one did
+    not, and watchers saw the work running until it ended."""
+    heard: list[tuple[str, dict[str, Any], int | None]] = []
+    monkeypatch.setattr(dispatch, "events_on_commit", heard.extend)
+    wide = _job(make_allocation, vcluster_hpc, 2, nodes=2)
+    agents.step(schedule_pass, resource_group.pk)
+    if phase == "checkpointing":
+        _job(make_allocation, vcluster_hpc, 7, nodes=2)
+        agents.step(schedule_pass, resource_group.pk)
+    assert _state(wide) == phase
+    heard.clear()
+    agents.step(agents.exit, "gpu-a", wide, code=1, reason="failed", now=timezone.now())
+    assert _state(wide) == "terminating"
+    assert ("allocation.state", {"allocation": wide.pk, "state": "terminating"}, wide.tenant_id) in heard
