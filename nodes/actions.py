@@ -326,6 +326,10 @@ def allocation_lost(*, allocation: Allocation, reason: str, now: datetime, node:
         assert node is not None
         Placement.objects.filter(allocation=allocation, node=node).delete()
         give_back_borrowed([node.pk])
+        # That node alone is freed (accounting bills it no longer); the others keep it until gone.
+        AllocationEvent.objects.create(allocation=allocation, from_state=allocation.state, to_state=allocation.state,
+                                       reason=f"{reason}; {len(elsewhere)} more node(s) still held"[:255],
+                                       node_freed=True)
         # The first failure decides how it ends (its words and its kind); else this node's loss.
         victim_stopping(allocation, allocation.fail_reason or reason, now, command="kill",
                         leaving=allocation.leaving if allocation.leaving in FAILING else Leaving.NODE_LOST)

@@ -176,3 +176,29 @@ def test_work_of_two_nodes_is_not_billed_for_a_node_its_process_there_has_left(m
     sums = accounting.totals(accounting.intervals(since=at(3, 0, 0), until=at(4, 0, 0)), ("tenant",))
     # 1 h on both nodes (8 GPUs), then 2 h on one (4 GPUs)
     assert sums == {(tenant_physics.pk,): ((3600 * 8 + 7200 * 4) * 1_000_000, (3600 * 2 + 7200) * 1_000_000)}
+
+
+@pytest.mark.django_db
+def test_work_of_two_nodes_is_not_billed_for_a_node_lost_while_it_leaves_the_other(make_allocation, resource_group,
+                                                                                    vcluster_hpc, two_nodes):
+    """A node lost under running work of two nodes is freed at once (the work is killed on the
+    other, which it keeps until gone): from then on only the other node is billed."""
+    from django.db.models import Q
+
+    from nodes.actions import allocation_lost
+    from nodes.late_exits import lost_node_down
+    from scheduling.models import Allocation
+    from scheduling.passes.run import schedule_pass
+
+    alloc = make_allocation(state="pending", node_count=2, per_node_gpu=4, vcluster=vcluster_hpc)
+    schedule_pass(resource_group.pk)
+    alloc = Allocation.objects.get(pk=alloc.pk)
+    started, lost = alloc.started_at - timedelta(hours=2), alloc.started_at - timedelta(hours=1)  # (in the past)
+    allocation_lost(allocation=alloc, reason=lost_node_down("gpu-b"), now=lost, node=two_nodes[1])
+    assert Allocation.objects.get(pk=alloc.pk).state == "terminating"  # still on gpu-a, being killed
+    events = AllocationEvent.objects.filter(allocation=alloc)
+    events.update(created_at=started)  # placed
+    events.filter(Q(node_freed=True) | Q(to_state="terminating")).update(created_at=lost)  # gpu-b freed; killed
+    spans = accounting.intervals(since=started, until=lost + timedelta(minutes=30))
+    assert [(s.end - s.start, s.nodes, s.gpus) for s in spans] == [(timedelta(hours=1), 2, 8),
+                                                                   (timedelta(minutes=30), 1, 4)]
