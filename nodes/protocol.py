@@ -10,6 +10,7 @@ decimal number of the database's 64-bit range.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import MISSING, dataclass, field
 from dataclasses import fields as dataclass_fields
@@ -19,6 +20,7 @@ import orjson
 
 from nodes.frame_shapes import devices_problem, health_problem
 from scheduling.flat_maps import capacity_problem, labels_problem
+from scheduling.json_keys import unique_keys
 
 MAX_FRAME_BYTES = 64 * 1024
 MAX_ID_CHARS = 128  # ProcessedFrame.frame_id
@@ -151,6 +153,8 @@ def parse(text: str | bytes) -> Frame:
         raise BadFrame(f"unknown type {kind!r}", frame_id)
     if frame_id is None or not frame_id:
         raise BadFrame("missing or non-string 'id'", None)
+    if kind != "heartbeat":
+        _refuse_repeated_keys(text, frame_id)
     if len(frame_id) > MAX_ID_CHARS or "\x00" in frame_id:
         raise BadFrame(f"'id' must be 1 to {MAX_ID_CHARS} characters without NUL", None)
     if _holds_nul(raw, text):
@@ -174,6 +178,19 @@ def parse(text: str | bytes) -> Frame:
     frame = cls(**values)
     _check(frame)
     return frame  # type: ignore[no-any-return]
+
+
+def _refuse_repeated_keys(text: str | bytes, frame_id: str) -> None:
+    """A key given twice in one object is refused, not read as its last copy, so what the control
+    plane acts on is what anyone reading the frame sees (as the API refuses it in a body). Not for
+    heartbeats, the frame sent most: this second reading would add a tenth to a heartbeat's cost.
+    A heartbeat with a repeated key is read as its last copy; the next, seconds later, says it again."""
+    try:
+        json.loads(text, object_pairs_hook=unique_keys)
+    except ValueError as exc:
+        raise BadFrame(str(exc), frame_id) from None
+    except RecursionError:  # (json's decoder recurses once per level of nesting; orjson read it)
+        raise BadFrame("nested too deeply", frame_id) from None
 
 
 def _size(text: str | bytes) -> int:

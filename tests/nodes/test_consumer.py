@@ -722,3 +722,28 @@ def test_a_late_start_of_work_no_longer_placed_writes_nothing_to_its_history(age
     alloc.refresh_from_db()
     assert alloc.state == state
     assert AllocationEvent.objects.filter(allocation=alloc).count() == before
+
+
+def test_a_report_with_a_key_given_twice_is_refused_and_changes_nothing(agent_node, make_allocation, vcluster_hpc):
+    """Read as its last copy, ``"exit_code": 1, ... "exit_code": 0`` would complete work whose frame,
+    as anyone reads it, says it failed first: the frame is refused instead, naming the key."""
+    node, token = agent_node
+    alloc = _running_here(make_allocation, vcluster_hpc, node)
+    text = (f'{{"type": "exited", "id": "e1", "allocation": "{alloc.pk}", "exit_code": 1, "reason": "failed", '
+            '"exit_code": 0, "reason": "completed"}')
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect(timeout=10)
+        await comm.send_to(text_data=text)
+        error = json.loads(await comm.receive_from(timeout=5))
+        ok = await _send(comm, {"type": "heartbeat", "id": "after", "seq": 1, "running": []})
+        await comm.disconnect()
+        return error, ok
+
+    error, ok = run(scenario)
+    assert (error["type"], error["code"], error["id"]) == ("error", "BAD_FRAME", "e1")
+    assert "'exit_code' is given more than once" in error["message"]
+    assert ok == {"type": "ack", "id": "after"}  # the connection stays
+    alloc.refresh_from_db()
+    assert alloc.state == "running"
