@@ -142,7 +142,9 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
     lost, and re-send what it never received (commands are re-derived from the database)."""
     moment = now or timezone.now()
     reply = Reply([encode(Welcome(node=node.name, heartbeat_interval_s=HEARTBEAT_INTERVAL_S))])
-    reported = {entry["allocation"]: entry.get("run", 0) for entry in frame.running}
+    reported: dict[str, set[int]] = {}  # allocation -> the runs listed (0: not named)
+    for entry in frame.running:  # listed twice: an earlier run still leaving, and its next run waiting
+        reported.setdefault(entry["allocation"], set()).add(entry.get("run", 0))
     with transaction.atomic():
         fresh = Node.objects.select_for_update().get(pk=node.pk)
         last_contact = fresh.last_heartbeat_at
@@ -166,9 +168,9 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
             reply.frames.append(encode(Kill(allocation=alloc_id)))
         for alloc_id, p in sorted(placed.items()):
             alloc = p.allocation
-            if reported.get(alloc_id) and alloc.run and reported[alloc_id] != alloc.run:
-                # A process of an earlier run still alive: killed; the run now placed here is then
-                # judged as not running (the agent starts it once the old process is gone).
+            if alloc_id in reported and alloc.run and not reported[alloc_id] & {0, alloc.run}:
+                # Only a process of an earlier run still alive: killed; the run now placed here is
+                # then judged as not running (the agent starts it once the old process is gone).
                 reply.frames.append(encode(Kill(allocation=alloc_id)))
                 del reported[alloc_id]
             if alloc_id in reported:

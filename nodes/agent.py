@@ -154,8 +154,10 @@ class Agent(Work):
         return encode(Hello(id=new_id(), agent_version=VERSION, capacity={}, labels={},
                             running=[{"allocation": r.allocation, "phase": r.phase, "pid": r.pid,
                                       **({"run": r.run} if r.run else {})} for r in self.running.values()]
+                            # (also beside its allocation's earlier run still leaving: listed alone,
+                            # that run would have the control plane count the one waiting lost)
                             + [{"allocation": a, "phase": "waiting", **({"run": w.run} if w.run else {})}
-                               for a, w in sorted(self.waiting.items()) if a not in self.running],
+                               for a, w in sorted(self.waiting.items())],
                             devices=self.devices, cgroups=self.limiter is not None,
                             cgroups_note=self.cgroups_note or ""))
 

@@ -9,18 +9,26 @@ the second run still used it. The real pass and actions drive it here, frames re
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from nodes.actions import allocation_report, node_hello
+from nodes.agent import Agent
 from nodes.models import Node
 from nodes.protocol import BadFrame, CheckpointDone, Exited, Hello, Started, parse
 from scheduling import dispatch
 from scheduling.actions.preemption import allocation_checkpoint_done
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.passes.run import schedule_pass
+from tests.nodes.conftest import ROOT_LEAVE
+from tests.nodes.test_agent import Recorder
 
 pytestmark = pytest.mark.django_db
 
@@ -171,3 +179,50 @@ def test_a_report_s_run_must_be_a_small_non_negative_integer(run):
 def test_a_report_s_run_is_optional():
     assert parse('{"type": "exited", "id": "e", "allocation": "7", "exit_code": 0, "reason": "completed"}').run == 0
     assert parse('{"type": "defer", "id": "d", "allocation": "7", "seconds": 5, "run": 4}').run == 4
+
+
+IGNORES_SIGTERM = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)\n"
+
+
+def _agent_stopping_run_1_with_run_2_waiting(workdir: Path, alloc: str, then: Any = None) -> tuple[list, list]:
+    """A real agent that runs run 1 of ``alloc``, is told to terminate it (it outlives the SIGTERM)
+    and gets run 2's start, which waits for run 1 to go; then ``then(agent)``. Its hello entries
+    at that point, and every frame it sent."""
+    async def scenario() -> tuple[list, list]:
+        agent = Agent("ws://unused/", "token", workdir, simulate=False)
+        agent.ws = Recorder()
+        start = {"type": "start", "allocation": alloc, "command": [sys.executable, "-c", IGNORES_SIGTERM],
+                 "env": {}, "resources": {}, "resume_from_checkpoint": False,
+                 "checkpoint_dir": f"checkpoints/{alloc}", "run": 1, **ROOT_LEAVE}
+        await agent.handle(start)
+        await asyncio.sleep(0.5)  # the interpreter is up and ignores SIGTERM
+        await agent.handle({"type": "terminate", "allocation": alloc, "grace_s": 600})
+        await agent.handle({**start, "run": 2, "resume_from_checkpoint": True})
+        assert set(agent.waiting) == {alloc}
+        hello = agent._hello()["running"]
+        if then is not None:
+            await then(agent)
+        for entry in list(agent.running.values()):
+            os.killpg(entry.pid, 9)
+        await asyncio.sleep(0.3)
+        return hello, agent.ws.frames
+
+    return asyncio.run(scenario())
+
+
+def test_a_hello_listing_the_run_placed_here_as_waiting_beside_the_earlier_one_loses_nothing(
+        sent, make_allocation, resource_group, vcluster_hpc, node_gpu_a, tmp_path):
+    """The agent got run 2's start while connected (it waits for run 1's process to go), then
+    reconnects. Its hello must show run 2; judged by run 1 alone, the control plane killed the
+    allocation there (the kill drops the waiting start) and counted run 2 lost."""
+    work = _second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=1)
+    Node.objects.filter(pk=node_gpu_a.pk).update(last_heartbeat_at=timezone.now())  # heard since its start
+    hello, _ = _agent_stopping_run_1_with_run_2_waiting(tmp_path, str(work.pk))
+    assert sorted((e["phase"], e.get("run")) for e in hello) == [("running", 1), ("waiting", 2)]
+    reply = node_hello(node=node_gpu_a, frame=Hello(id="h1", agent_version="t", capacity={}, labels={},
+                                                    running=hello))
+    assert [f["type"] for f in reply.frames] == ["welcome"]
+    reply = node_hello(node=node_gpu_a, frame=Hello(id="h2", agent_version="t", capacity={}, labels={},
+                                                    running=hello[::-1]))  # in whatever order
+    assert [f["type"] for f in reply.frames] == ["welcome"]
+    assert _state(work) == "running"
