@@ -255,7 +255,10 @@ class Work:
         waiting = self.waiting.pop(alloc, None)
         if waiting is not None:  # stopped before it could start: it never will
             waiting.task.cancel()
-            if alloc not in self.running:  # (else the earlier run's exit, reported as it leaves, says it)
+            # Its own exit, unless the process still leaving is of the same run (its exit says it):
+            # the exit of an earlier run, reported as it leaves, says nothing of this one.
+            leaving = self.running.get(alloc)
+            if leaving is None or leaving.run != waiting.run:
                 asyncio.get_running_loop().create_task(self.report(
                     Exited(id=new_id(), allocation=alloc, exit_code=None, reason=reason, run=waiting.run)))
         entry = self.running.get(alloc)

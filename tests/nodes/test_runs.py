@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from nodes.agent import Agent
 from nodes.models import Node
 from nodes.protocol import BadFrame, CheckpointDone, Exited, Hello, Started, parse
 from scheduling import dispatch
+from scheduling.actions.admission import allocation_cancel
 from scheduling.actions.preemption import allocation_checkpoint_done
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.passes.run import schedule_pass
@@ -226,3 +228,24 @@ def test_a_hello_listing_the_run_placed_here_as_waiting_beside_the_earlier_one_l
                                                     running=hello[::-1]))  # in whatever order
     assert [f["type"] for f in reply.frames] == ["welcome"]
     assert _state(work) == "running"
+
+
+def test_a_cancel_of_a_run_still_waiting_for_its_earlier_run_ends_it_at_once(
+        sent, make_allocation, resource_group, vcluster_hpc, node_gpu_a, tmp_path):
+    """Run 2 waits for run 1's process to go when it is cancelled: the agent drops it, and must
+    report its exit. Run 1's exit, naming run 1, is ignored: without run 2's own, the cancel
+    waited for the kill after the grace."""
+    work = _second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=1)
+    sent.step(allocation_cancel, allocation=work, actor=None, reason="not needed")
+    assert _state(work) == "terminating"
+
+    async def cancelled(agent: Agent) -> None:
+        await agent.handle({"type": "terminate", "allocation": str(work.pk), "grace_s": 600})
+        await asyncio.sleep(0.3)
+
+    _, frames = _agent_stopping_run_1_with_run_2_waiting(tmp_path, str(work.pk), cancelled)
+    for frame in frames:
+        if frame["type"] == "exited":
+            sent.step(_report, "gpu-a", parse(json.dumps(frame)))
+    assert ("exited", "terminated", 2) in [(f["type"], f.get("reason"), f.get("run")) for f in frames]
+    assert _state(work) == "cancelled"
