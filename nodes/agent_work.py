@@ -82,6 +82,11 @@ class Work:
                 continue
             self.running[alloc] = entry
             entry.task = asyncio.get_running_loop().create_task(self._watch_adopted(entry))
+            if entry.signalled == "terminated":
+                # Its kill after the grace went with the agent that was terminating it; the control
+                # plane may never send one (a checkpointed victim's), and what waits for its GPUs
+                # would wait for ever: killed once a grace has passed from now.
+                asyncio.get_running_loop().create_task(self._kill_after(alloc, agent_commands.DEFAULT_GRACE_S))
         self._save()
         for alloc, frame in waiting.items():
             try:  # checked again as it was when it came: the file may have been edited or damaged

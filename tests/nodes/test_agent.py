@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -234,3 +235,44 @@ def test_a_start_waiting_for_gpus_survives_the_agent_s_restart(tmp_path):
     hello, frames = asyncio.run(second_agent())
     assert sorted((e["allocation"], e["phase"]) for e in hello) == [("7", "running"), ("8", "waiting")]
     assert frames == [("exited", "7", "terminated"), ("started", "8", None)]
+
+
+def test_a_process_being_terminated_is_killed_after_the_grace_also_across_the_agent_s_restart(tmp_path, monkeypatch):
+    """The kill after a terminate's grace is the agent's own timer. Restarted within the grace, the
+    agent must still kill a process that outlives SIGTERM: for a checkpointed victim the control
+    plane sends no kill, and a start waiting for its GPUs would otherwise wait for ever."""
+    import nodes.agent_commands
+
+    monkeypatch.setattr(nodes.agent_commands, "DEFAULT_GRACE_S", 0.5)
+
+    def start(alloc: str, code: str) -> dict:
+        return {"type": "start", "allocation": alloc, "command": [sys.executable, "-c", code], "env": {},
+                "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": f"checkpoints/{alloc}",
+                "devices": [{"index": 0, "uuid": "GPU-0"}], "run": 1, **ROOT_LEAVE}
+
+    async def first_agent() -> None:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.handle(start("7", IGNORES_SIGTERM))
+        await asyncio.sleep(0.5)  # the interpreter is up and ignores SIGTERM
+        await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 600})
+        await agent.handle(start("8", "import time; time.sleep(60)"))
+
+    async def second_agent() -> list[tuple]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.adopt()
+        pid = agent.running["7"].pid
+        for _ in range(60):
+            if any(f["type"] == "started" for f in agent.ws.frames):
+                break
+            await asyncio.sleep(0.05)
+        for entry in list(agent.running.values()):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(entry.pid, 9)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, 9)
+        return [(f["type"], f["allocation"], f.get("reason")) for f in agent.ws.frames]
+
+    asyncio.run(first_agent())
+    assert asyncio.run(second_agent())[:2] == [("exited", "7", "killed"), ("started", "8", None)]
