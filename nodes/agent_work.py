@@ -42,6 +42,9 @@ class Work:
     async def report(self, report: Report) -> None:
         raise NotImplementedError
 
+    def _probe_limits(self) -> None:
+        raise NotImplementedError
+
     # -- surviving our own restart ------------------------------------------------------------
     def _save(self) -> None:
         """What runs (each process, its run, and whether it is being stopped) and the starts that
@@ -165,6 +168,7 @@ class Work:
 
     def _limit(self, alloc: str, resources: dict[str, Any]) -> Path | None:
         """The allocation's own cgroup, limited to its request (None: no limits on this node)."""
+        self._probe_limits()  # (done at the first hello; a start restored after a restart comes before)
         if self.limiter is None or self.simulate:
             return None
         try:

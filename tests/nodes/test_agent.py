@@ -7,8 +7,11 @@ import contextlib
 import json
 import os
 import sys
+import time
 
+from nodes import cgroups
 from nodes.agent import Agent
+from nodes.processes import alive
 from nodes.protocol import Exited, new_id
 from tests.nodes.conftest import ROOT_LEAVE
 
@@ -276,3 +279,50 @@ def test_a_process_being_terminated_is_killed_after_the_grace_also_across_the_ag
 
     asyncio.run(first_agent())
     assert asyncio.run(second_agent())[:2] == [("exited", "7", "killed"), ("started", "8", None)]
+
+
+def test_a_start_restored_after_the_agent_s_restart_runs_within_the_node_s_limits(tmp_path, monkeypatch):
+    """A restarted agent starts a waiting start it restored as soon as what held its GPUs is gone,
+    which may be before its first hello, where it learns whether the node limits each allocation
+    in its own cgroup: the start must be limited all the same."""
+    made: list[str] = []
+
+    class Limiter:
+        root = tmp_path
+
+        def make(self, alloc: str, cpu: float, memory: float) -> None:
+            made.append(alloc)  # (no cgroup made: the process then runs as if unlimited)
+
+    monkeypatch.setattr(cgroups.Limiter, "probe", classmethod(lambda cls, root=None: Limiter()))
+
+    def start(alloc: str, code: str) -> dict:
+        return {"type": "start", "allocation": alloc, "command": [sys.executable, "-c", code], "env": {},
+                "resources": {"cpu": 1, "memory": 1}, "resume_from_checkpoint": False,
+                "checkpoint_dir": f"checkpoints/{alloc}", "devices": [{"index": 0, "uuid": "GPU-0"}], "run": 1,
+                **ROOT_LEAVE}
+
+    async def first_agent() -> int:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        agent._probe_limits()
+        await agent.handle(start("7", IGNORES_SIGTERM))
+        await asyncio.sleep(0.5)
+        await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 600})
+        await agent.handle(start("8", "import time; time.sleep(60)"))
+        return agent.running["7"].pid
+
+    async def second_agent() -> None:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.adopt()  # 7 is gone: 8 starts now
+        os.killpg(agent.running["8"].pid, 9)
+
+    seven = asyncio.run(first_agent())
+    os.killpg(seven, 9)  # gone while no agent runs
+    for _ in range(40):
+        if not alive(seven):
+            break
+        time.sleep(0.05)
+    made.clear()
+    asyncio.run(second_agent())
+    assert made == ["8"]
