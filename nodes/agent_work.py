@@ -54,7 +54,11 @@ class Work:
                     **({"signalled": r.signalled} if r.signalled else {})} for a, r in self.running.items()}
         for path, content in ((self.state_file, data), (self.waiting_file, {a: w.frame for a, w in self.waiting.items()})):
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(content))
+            tmp.unlink(missing_ok=True)
+            # The agent's alone: the waiting starts hold their command and env (a tenant's secrets,
+            # perhaps), and the work directory is open to the jobs' users (their checkpoints are there).
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+                out.write(json.dumps(content))
             tmp.replace(path)
 
     @property

@@ -326,3 +326,29 @@ def test_a_start_restored_after_the_agent_s_restart_runs_within_the_node_s_limit
     made.clear()
     asyncio.run(second_agent())
     assert made == ["8"]
+
+
+def test_the_agent_s_state_files_are_its_own(tmp_path):
+    """A waiting start is saved with its command and env; the work directory is open to the jobs'
+    users (their checkpoint directories are in it): no other user may read what the agent saves."""
+    async def scenario() -> None:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.handle({"type": "start", "allocation": "7", "command": [sys.executable, "-c", IGNORES_SIGTERM],
+                            "env": {}, "resources": {}, "resume_from_checkpoint": False,
+                            "checkpoint_dir": "checkpoints/7", "devices": [{"index": 0, "uuid": "GPU-0"}], "run": 1,
+                            **ROOT_LEAVE})
+        await asyncio.sleep(0.5)
+        await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 600})
+        await agent.handle({"type": "start", "allocation": "8", "command": ["true"], "env": {"TOKEN": "secret"},
+                            "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": "checkpoints/8",
+                            "devices": [{"index": 0, "uuid": "GPU-0"}], "run": 1, **ROOT_LEAVE})
+        os.killpg(agent.running["7"].pid, 9)
+
+    old = os.umask(0o022)  # as most agents run: files others may read unless made otherwise
+    try:
+        asyncio.run(scenario())
+    finally:
+        os.umask(old)
+    for name in ("agent-state.json", "agent-waiting.json"):
+        assert (tmp_path / name).stat().st_mode & 0o077 == 0, name
