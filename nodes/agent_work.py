@@ -74,9 +74,9 @@ class Work:
                 entry = Running(alloc, pid=int(info["pid"]), checkpoint_dir=Path(info["checkpoint_dir"]),
                                 cgroup=Path(info["cgroup"]) if info.get("cgroup") else None,
                                 devices=frozenset(map(str, info.get("devices") or ())),
-                                run=int(info.get("run") or 0),
+                                run=_run(info.get("run")),
                                 signalled=info.get("signalled") if info.get("signalled") in SIGNALLED else None)
-            except (TypeError, KeyError, ValueError, AttributeError):  # written by hand, or damaged
+            except (TypeError, KeyError, ValueError, AttributeError, OverflowError):  # by hand, or damaged
                 log.warning("%s: cannot adopt allocation %r from %r: not a saved process", self.state_file,
                             alloc, info)
                 continue
@@ -303,6 +303,13 @@ def _exit_reason(entry: Running, code: int | None) -> str:
 
 
 SIGNALLED = ("terminated", "killed")
+MAX_RUN = 2**31 - 1  # as start frames give it (nodes/agent_commands.py)
+
+
+def _run(saved: Any) -> int:
+    """A saved process's run as its reports may name it; one the control plane would refuse (so
+    the agent's hello with it) is taken as not given."""
+    return saved if type(saved) is int and 0 <= saved <= MAX_RUN else 0
 
 
 def _saved(path: Path) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import time
 from nodes import cgroups
 from nodes.agent import Agent
 from nodes.processes import alive
-from nodes.protocol import Exited, new_id
+from nodes.protocol import Exited, new_id, parse
 from tests.nodes.conftest import ROOT_LEAVE
 
 # Takes half a second to stop after SIGTERM, as an application flushing its state would.
@@ -352,3 +352,25 @@ def test_the_agent_s_state_files_are_its_own(tmp_path):
         os.umask(old)
     for name in ("agent-state.json", "agent-waiting.json"):
         assert (tmp_path / name).stat().st_mode & 0o077 == 0, name
+
+
+def test_a_damaged_state_file_neither_stops_the_agent_nor_makes_its_frames_refused(tmp_path):
+    """An entry's numbers may be anything in a damaged or hand-edited file: a pid too large for an
+    integer must not end the agent at its start, and a run the control plane refuses must not go
+    into its reports and hello (refused, the hello would leave the node's work unreconciled)."""
+    (tmp_path / "checkpoints" / "7").mkdir(parents=True)
+    (tmp_path / "agent-state.json").write_text(
+        '{"7": {"pid": 0, "checkpoint_dir": "%s", "run": -3},'
+        ' "8": {"pid": 1e999, "checkpoint_dir": "x"}, "9": {"pid": 0, "checkpoint_dir": "x", "run": 1e999}}'
+        % (tmp_path / "checkpoints" / "7"))
+
+    async def scenario() -> list[dict]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.adopt()
+        return [*agent.ws.frames, agent._hello()]
+
+    frames = asyncio.run(scenario())
+    for frame in frames:
+        parse(json.dumps(frame))  # none refused
+    assert sorted(f["allocation"] for f in frames if f["type"] == "exited") == ["7", "9"]
