@@ -34,13 +34,14 @@ def node_undrain(*, node: Node, actor: Any, reason: str, now: datetime | None = 
     A node that is not drained is left as it is, and no audit entry says otherwise."""
     heard = (now or timezone.now()) - timedelta(seconds=HEARTBEAT_TIMEOUT_S)
     with transaction.atomic():
-        before = {"state": node.state}
-        Node.objects.filter(pk=node.pk, state__in=[NodeState.DRAINING, NodeState.DRAINED]).update(state=Case(
-            When(last_heartbeat_at__isnull=True, then=Value(NodeState.UNKNOWN)),
-            When(Q(last_heartbeat_at__lt=heard) | ~Q(health_reason=""), then=Value(NodeState.DEGRADED)),
-            default=Value(NodeState.READY)))
+        # What it is now, not what the caller read (another request may have drained it since).
+        before = {"state": Node.objects.select_for_update().values_list("state", flat=True).get(pk=node.pk)}
+        changed = Node.objects.filter(pk=node.pk, state__in=[NodeState.DRAINING, NodeState.DRAINED]).update(
+            state=Case(When(last_heartbeat_at__isnull=True, then=Value(NodeState.UNKNOWN)),
+                       When(Q(last_heartbeat_at__lt=heard) | ~Q(health_reason=""), then=Value(NodeState.DEGRADED)),
+                       default=Value(NodeState.READY)))
         node.refresh_from_db()
-        if node.state == before["state"]:
+        if not changed:
             return node  # it was not drained: nothing changed, nothing to audit
         nodes_changed([node.pk])
         policy_change_record(actor=actor, action="undrain", target=node, before=before,

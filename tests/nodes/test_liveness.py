@@ -193,3 +193,16 @@ def test_an_undrain_of_a_node_not_drained_changes_nothing_and_audits_nothing(nod
     assert node_undrain(node=node_gpu_a, actor=operator, reason="by mistake").state == "ready"
     assert Node.objects.get(pk=node_gpu_a.pk).state == "ready"
     assert not PolicyChange.objects.filter(action="undrain").exists()
+
+
+def test_an_undrain_is_judged_and_audited_by_the_node_s_state_now_not_as_the_caller_read_it(node_gpu_a, operator):
+    """The caller's copy of the node may predate a drain (two operators at once): the undrain of
+    the node drained since changes it, and must say so in the audit, from the state it had."""
+    from nodes.drain import node_undrain
+
+    node_gpu_a.last_heartbeat_at = timezone.now()
+    node_gpu_a.save(update_fields=["last_heartbeat_at"])
+    Node.objects.filter(pk=node_gpu_a.pk).update(state="drained")  # node_gpu_a still says ready
+    assert node_undrain(node=node_gpu_a, actor=operator, reason="done").state == "ready"
+    change = PolicyChange.objects.filter(action="undrain").get()
+    assert (change.before, change.after) == ({"state": "drained"}, {"state": "ready"})
