@@ -95,14 +95,25 @@ class Work:
                 # would wait for ever: killed once a grace has passed from now.
                 asyncio.get_running_loop().create_task(self._kill_after(alloc, agent_commands.DEFAULT_GRACE_S))
         self._save()
+        await self._restore_waiting(waiting)
+
+    async def _restore_waiting(self, waiting: dict[str, Any]) -> None:
+        """The starts a previous run of this agent had waiting (``adopt``): each waits again for
+        what still holds its GPUs, or starts. One that fails is logged and the others go on, as a
+        frame the agent cannot act on is: the agent is starting, and its saved waits are not all
+        saved again yet."""
         for alloc, frame in waiting.items():
             try:  # checked again as it was when it came: the file may have been edited or damaged
                 frame = agent_commands.command(json.dumps(frame))
             except agent_commands.Ignored as exc:
                 log.warning("%s: not starting allocation %r: %s", self.waiting_file, alloc, exc)
                 continue
-            if frame.get("type") == "start" and str(frame.get("allocation")) == alloc:
-                await self._start(frame)  # waits again for what still holds its GPUs, or starts
+            if frame.get("type") != "start" or str(frame.get("allocation")) != alloc:
+                continue
+            try:
+                await self._start(frame)
+            except Exception:
+                log.exception("%s: could not start allocation %s", self.waiting_file, alloc)
 
     async def _watch_adopted(self, entry: Running) -> None:
         while alive(entry.pid):

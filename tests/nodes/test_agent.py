@@ -374,3 +374,36 @@ def test_a_damaged_state_file_neither_stops_the_agent_nor_makes_its_frames_refus
     for frame in frames:
         parse(json.dumps(frame))  # none refused
     assert sorted(f["allocation"] for f in frames if f["type"] == "exited") == ["7", "9"]
+
+
+def test_a_restored_start_that_fails_neither_stops_the_agent_nor_loses_the_others(tmp_path, monkeypatch):
+    """A restarted agent starts the waits it saved before it serves; one it cannot act on (its
+    directory cannot be made, say) must not end the agent and take the others with it."""
+    from nodes import runas
+
+    prepare = runas.prepare
+
+    def failing(frame: dict, *args: object, **kwargs: object) -> object:
+        if frame["allocation"] == "8":
+            raise PermissionError("cannot make checkpoints/8")
+        return prepare(frame, *args, **kwargs)
+
+    monkeypatch.setattr(runas, "prepare", failing)
+
+    def start(alloc: str) -> dict:
+        return {"type": "start", "allocation": alloc, "command": [sys.executable, "-c", "import time; time.sleep(60)"],
+                "env": {}, "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": f"checkpoints/{alloc}",
+                "devices": [{"index": 0, "uuid": "GPU-0"}], "run": 1, **ROOT_LEAVE}
+
+    (tmp_path / "agent-waiting.json").write_text(json.dumps({"8": start("8"), "9": start("9")}))
+
+    async def restarted() -> list[str]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.adopt()
+        started = sorted(agent.running)
+        for entry in agent.running.values():
+            os.killpg(entry.pid, 9)
+        return started
+
+    assert asyncio.run(restarted()) == ["9"]
