@@ -1,0 +1,187 @@
+"""The agent program across its own restart: what it saved (its processes, their runs, the starts
+waiting for GPUs) taken back, with real processes, frames recorded where the socket would carry them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import time
+
+from nodes import cgroups
+from nodes.agent import Agent
+from nodes.processes import alive
+from nodes.protocol import parse
+from tests.nodes.conftest import ROOT_LEAVE
+from tests.nodes.test_agent import IGNORES_SIGTERM, Recorder
+
+
+def test_a_process_being_terminated_is_killed_after_the_grace_also_across_the_agent_s_restart(tmp_path, monkeypatch):
+    """The kill after a terminate's grace is the agent's own timer. Restarted within the grace, the
+    agent must still kill a process that outlives SIGTERM: for a checkpointed victim the control
+    plane sends no kill, and a start waiting for its GPUs would otherwise wait for ever."""
+    import nodes.agent_commands
+
+    monkeypatch.setattr(nodes.agent_commands, "DEFAULT_GRACE_S", 0.5)
+
+    def start(alloc: str, code: str) -> dict:
+        return {"type": "start", "allocation": alloc, "command": [sys.executable, "-c", code], "env": {},
+                "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": f"checkpoints/{alloc}",
+                "devices": [{"index": 0, "uuid": "GPU-0"}], "run": 1, **ROOT_LEAVE}
+
+    async def first_agent() -> None:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.handle(start("7", IGNORES_SIGTERM))
+        await asyncio.sleep(0.5)  # the interpreter is up and ignores SIGTERM
+        await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 600})
+        await agent.handle(start("8", "import time; time.sleep(60)"))
+
+    async def second_agent() -> list[tuple]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.adopt()
+        pid = agent.running["7"].pid
+        for _ in range(60):
+            if any(f["type"] == "started" for f in agent.ws.frames):
+                break
+            await asyncio.sleep(0.05)
+        for entry in list(agent.running.values()):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(entry.pid, 9)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, 9)
+        return [(f["type"], f["allocation"], f.get("reason")) for f in agent.ws.frames]
+
+    asyncio.run(first_agent())
+    assert asyncio.run(second_agent())[:2] == [("exited", "7", "killed"), ("started", "8", None)]
+
+
+def test_a_start_restored_after_the_agent_s_restart_runs_within_the_node_s_limits(tmp_path, monkeypatch):
+    """A restarted agent starts a waiting start it restored as soon as what held its GPUs is gone,
+    which may be before its first hello, where it learns whether the node limits each allocation
+    in its own cgroup: the start must be limited all the same."""
+    made: list[str] = []
+
+    class Limiter:
+        root = tmp_path
+
+        def make(self, alloc: str, cpu: float, memory: float) -> None:
+            made.append(alloc)  # (no cgroup made: the process then runs as if unlimited)
+
+    monkeypatch.setattr(cgroups.Limiter, "probe", classmethod(lambda cls, root=None: Limiter()))
+
+    def start(alloc: str, code: str) -> dict:
+        return {"type": "start", "allocation": alloc, "command": [sys.executable, "-c", code], "env": {},
+                "resources": {"cpu": 1, "memory": 1}, "resume_from_checkpoint": False,
+                "checkpoint_dir": f"checkpoints/{alloc}", "devices": [{"index": 0, "uuid": "GPU-0"}], "run": 1,
+                **ROOT_LEAVE}
+
+    async def first_agent() -> int:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        agent._probe_limits()
+        await agent.handle(start("7", IGNORES_SIGTERM))
+        await asyncio.sleep(0.5)
+        await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 600})
+        await agent.handle(start("8", "import time; time.sleep(60)"))
+        return agent.running["7"].pid
+
+    async def second_agent() -> None:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.adopt()  # 7 is gone: 8 starts now
+        os.killpg(agent.running["8"].pid, 9)
+
+    seven = asyncio.run(first_agent())
+    os.killpg(seven, 9)  # gone while no agent runs
+    for _ in range(40):
+        if not alive(seven):
+            break
+        time.sleep(0.05)
+    made.clear()
+    asyncio.run(second_agent())
+    assert made == ["8"]
+
+
+def test_the_agent_s_state_files_are_its_own(tmp_path):
+    """A waiting start is saved with its command and env; the work directory is open to the jobs'
+    users (their checkpoint directories are in it): no other user may read what the agent saves."""
+    async def scenario() -> None:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.handle({"type": "start", "allocation": "7", "command": [sys.executable, "-c", IGNORES_SIGTERM],
+                            "env": {}, "resources": {}, "resume_from_checkpoint": False,
+                            "checkpoint_dir": "checkpoints/7", "devices": [{"index": 0, "uuid": "GPU-0"}], "run": 1,
+                            **ROOT_LEAVE})
+        await asyncio.sleep(0.5)
+        await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 600})
+        await agent.handle({"type": "start", "allocation": "8", "command": ["true"], "env": {"TOKEN": "secret"},
+                            "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": "checkpoints/8",
+                            "devices": [{"index": 0, "uuid": "GPU-0"}], "run": 1, **ROOT_LEAVE})
+        os.killpg(agent.running["7"].pid, 9)
+
+    old = os.umask(0o022)  # as most agents run: files others may read unless made otherwise
+    try:
+        asyncio.run(scenario())
+    finally:
+        os.umask(old)
+    for name in ("agent-state.json", "agent-waiting.json"):
+        assert (tmp_path / name).stat().st_mode & 0o077 == 0, name
+
+
+def test_a_damaged_state_file_neither_stops_the_agent_nor_makes_its_frames_refused(tmp_path):
+    """An entry's numbers may be anything in a damaged or hand-edited file: a pid too large for an
+    integer must not end the agent at its start, and a run the control plane refuses must not go
+    into its reports and hello (refused, the hello would leave the node's work unreconciled)."""
+    (tmp_path / "checkpoints" / "7").mkdir(parents=True)
+    (tmp_path / "agent-state.json").write_text(
+        '{"7": {"pid": 0, "checkpoint_dir": "%s", "run": -3},'
+        ' "8": {"pid": 1e999, "checkpoint_dir": "x"}, "9": {"pid": 0, "checkpoint_dir": "x", "run": 1e999}}'
+        % (tmp_path / "checkpoints" / "7"))
+
+    async def scenario() -> list[dict]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.adopt()
+        return [*agent.ws.frames, agent._hello()]
+
+    frames = asyncio.run(scenario())
+    for frame in frames:
+        parse(json.dumps(frame))  # none refused
+    assert sorted(f["allocation"] for f in frames if f["type"] == "exited") == ["7", "9"]
+
+
+def test_a_restored_start_that_fails_neither_stops_the_agent_nor_loses_the_others(tmp_path, monkeypatch):
+    """A restarted agent starts the waits it saved before it serves; one it cannot act on (its
+    directory cannot be made, say) must not end the agent and take the others with it."""
+    from nodes import runas
+
+    prepare = runas.prepare
+
+    def failing(frame: dict, *args: object, **kwargs: object) -> object:
+        if frame["allocation"] == "8":
+            raise PermissionError("cannot make checkpoints/8")
+        return prepare(frame, *args, **kwargs)
+
+    monkeypatch.setattr(runas, "prepare", failing)
+
+    def start(alloc: str) -> dict:
+        return {"type": "start", "allocation": alloc, "command": [sys.executable, "-c", "import time; time.sleep(60)"],
+                "env": {}, "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": f"checkpoints/{alloc}",
+                "devices": [{"index": 0, "uuid": "GPU-0"}], "run": 1, **ROOT_LEAVE}
+
+    (tmp_path / "agent-waiting.json").write_text(json.dumps({"8": start("8"), "9": start("9")}))
+
+    async def restarted() -> list[str]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.adopt()
+        started = sorted(agent.running)
+        for entry in agent.running.values():
+            os.killpg(entry.pid, 9)
+        return started
+
+    assert asyncio.run(restarted()) == ["9"]
