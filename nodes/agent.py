@@ -9,7 +9,7 @@ FAILED with a message) in its checkpoint directory, reporting PROGRESS and
 asking to DEFER there meanwhile (nodes/checkpoint_files.py). ``terminate`` is SIGTERM,
 then SIGKILL after the grace. The agent reconnects with exponential backoff and
 jitter (capped at 30 s, back to 1 s only once a connection was welcomed), sends the
-reports made while disconnected (the latest per allocation, kept until acknowledged), then says
+reports made while disconnected (the latest per allocation and run, kept until acknowledged), then says
 ``hello`` with what it runs. A revoked token (4401) stops it (exit 3) unless ``--retry-revoked``;
 another agent holding the node (4409) makes it wait minutes. Settings that cannot work (the token
 file, ``--url``, the work directory) are exit 2 before it connects; a frame it cannot act on is
@@ -77,7 +77,9 @@ class Agent(Work):
         self.running: dict[str, Running] = {}
         self.waiting: dict[str, Waiting] = {}
         self.unacked: dict[str, dict[str, Any]] = {}  # frame id -> frame, until acknowledged
-        self.latest: dict[str, str] = {}  # allocation -> id of its latest unacknowledged frame
+        # (allocation, run) -> id of its latest unacknowledged frame: one run's report never
+        # replaces another's (an earlier run's exit, which the control plane ignores, would hide it)
+        self.latest: dict[tuple[str, int], str] = {}
         self.heartbeat_interval = 10.0
         self.seq = 0  # the last heartbeat's seq: each next one is greater, whatever the clock does
         self.ws: Any = None
@@ -240,14 +242,15 @@ class Agent(Work):
         elif kind == "kill":
             self._signal(frame["allocation"], signal.SIGKILL, "killed")
 
-    # -- reports (kept until acknowledged; the latest per allocation while disconnected) ---------
+    # -- reports (kept until acknowledged; the latest per allocation and run while disconnected) -
     async def report(self, report: Report) -> None:
-        """Send a report now if connected; keep it until acknowledged, the latest per allocation."""
+        """Send a report now if connected; keep it until acknowledged, the latest per allocation and run."""
         frame = encode(report)
-        older = self.latest.get(report.allocation)
+        key = (report.allocation, report.run)
+        older = self.latest.get(key)
         if older is not None and self.ws is None:
             self.unacked.pop(older, None)  # superseded while disconnected
-        self.latest[report.allocation] = report.id
+        self.latest[key] = report.id
         self.unacked[report.id] = frame
         if self.ws is not None:
             with contextlib.suppress(websockets.ConnectionClosed):
@@ -259,8 +262,9 @@ class Agent(Work):
 
     def _acked(self, frame_id: str | None) -> None:
         frame = self.unacked.pop(frame_id or "", None)
-        if frame is not None and self.latest.get(frame.get("allocation", "")) == frame_id:
-            self.latest.pop(frame["allocation"], None)
+        key = (frame.get("allocation", ""), frame.get("run", 0)) if frame is not None else None
+        if key is not None and self.latest.get(key) == frame_id:
+            self.latest.pop(key, None)
 
     def stop(self) -> None:  # the processes keep running: a restarted agent adopts them
         self.stopping.set()

@@ -8,7 +8,7 @@ import os
 import sys
 
 from nodes.agent import Agent
-from nodes.protocol import Exited, new_id
+from nodes.protocol import Exited, Started, new_id
 from tests.nodes.conftest import ROOT_LEAVE
 
 # Takes half a second to stop after SIGTERM, as an application flushing its state would.
@@ -234,3 +234,18 @@ def test_a_start_waiting_for_gpus_survives_the_agent_s_restart(tmp_path):
     hello, frames = asyncio.run(second_agent())
     assert sorted((e["allocation"], e["phase"]) for e in hello) == [("7", "running"), ("8", "waiting")]
     assert frames == [("exited", "7", "terminated"), ("started", "8", None)]
+
+
+def test_while_disconnected_the_latest_report_is_kept_per_run_not_per_allocation(tmp_path):
+    """The control plane ignores an earlier run's report: had it replaced the next run's exit, that
+    exit would never be told, and the next hello would count the work lost."""
+    async def scenario() -> list[tuple]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=True)
+        await agent.report(Started(id=new_id(), allocation="7", pid=1, run=2))
+        await agent.report(Exited(id=new_id(), allocation="7", exit_code=0, reason="completed", run=2))
+        await agent.report(Exited(id=new_id(), allocation="7", exit_code=None, reason="killed", run=1))
+        agent.ws = Recorder()
+        await agent.greet()
+        return [(f["type"], f.get("run"), f.get("reason")) for f in agent.ws.frames]
+
+    assert asyncio.run(scenario()) == [("exited", 2, "completed"), ("exited", 1, "killed"), ("hello", None, None)]
