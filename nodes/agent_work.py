@@ -241,6 +241,11 @@ class Work:
             # A repeated hint (re-sent at hello) while this run already checkpoints: one watcher,
             # or a second one would clear what the application wrote and report it twice.
             return
+        if entry.signalled:
+            # Being stopped: the hint is for a later run of the allocation, still waiting to start
+            # (this process's checkpoint would be of another run, and set aside as such).
+            log.warning("checkpoint of %s ignored: its process here is being stopped (%s)", alloc, entry.signalled)
+            return
         entry.phase = "checkpointing"
         done, failed = entry.checkpoint_dir / "DONE", entry.checkpoint_dir / "FAILED"
         files = CheckpointFiles(entry.checkpoint_dir)

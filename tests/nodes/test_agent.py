@@ -249,3 +249,28 @@ def test_while_disconnected_the_latest_report_is_kept_per_run_not_per_allocation
         return [(f["type"], f.get("run"), f.get("reason")) for f in agent.ws.frames]
 
     assert asyncio.run(scenario()) == [("exited", 2, "completed"), ("exited", 1, "killed"), ("hello", None, None)]
+
+
+def test_a_checkpoint_hint_never_reaches_a_process_being_stopped(tmp_path):
+    """Its stop was asked: a hint for the allocation now is for a later run waiting to start, and
+    the leaving process's checkpoint would be of another run (the control plane sets it aside)."""
+    marker = tmp_path / "got-usr1"
+    code = ("import signal, time, pathlib\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            f"signal.signal(signal.SIGUSR1, lambda *_: pathlib.Path({str(marker)!r}).write_text('x'))\n"
+            "time.sleep(60)\n")
+
+    async def scenario() -> None:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.handle({"type": "start", "allocation": "7", "command": [sys.executable, "-c", code], "env": {},
+                            "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": "checkpoints/7",
+                            "run": 1, **ROOT_LEAVE})
+        await asyncio.sleep(0.5)  # the interpreter is up with its handlers
+        await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 600})
+        await agent.handle({"type": "checkpoint", "allocation": "7", "deadline": "2026-01-01T00:00:00+00:00"})
+        await asyncio.sleep(0.5)
+        os.killpg(agent.running["7"].pid, 9)
+
+    asyncio.run(scenario())
+    assert not marker.exists()
