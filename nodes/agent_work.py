@@ -129,8 +129,14 @@ class Work:
     # -- running work ----------------------------------------------------------------------
     async def _start(self, frame: dict[str, Any]) -> None:
         alloc, run = str(frame["allocation"]), int(frame.get("run") or 0)
-        if alloc in self.waiting:
-            return  # a repeated start (after a reconnect): it already waits to start
+        waiting = self.waiting.get(alloc)
+        if waiting is not None:
+            if not run or run <= waiting.run:
+                return  # a repeated start (after a reconnect): it already waits to start
+            # A later run: the control plane moved on from the one waiting (it never began), so
+            # this one waits in its place.
+            waiting.task.cancel()
+            del self.waiting[alloc]
         old = self.running.get(alloc)
         if old is not None and old.signalled and old.task is not None:
             # A new run of an allocation whose earlier run is still being stopped (it was

@@ -274,3 +274,33 @@ def test_a_checkpoint_hint_never_reaches_a_process_being_stopped(tmp_path):
 
     asyncio.run(scenario())
     assert not marker.exists()
+
+
+def test_a_later_run_s_start_replaces_the_start_still_waiting_for_the_same_allocation(tmp_path):
+    """Run 2 waits for run 1's process to leave; the control plane has moved on to run 3 (run 2 was
+    stopped and requeued before it began, its stop lost in a reconnect): run 3 starts, not run 2."""
+    def start(run: int) -> dict:
+        return {"type": "start", "allocation": "7", "command": [sys.executable, "-c", IGNORES_SIGTERM], "env": {},
+                "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": "checkpoints/7", "run": run,
+                **ROOT_LEAVE}
+
+    async def scenario() -> list[tuple]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.handle(start(1))
+        await asyncio.sleep(0.5)  # up, ignoring SIGTERM
+        await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 600})
+        await agent.handle(start(2))
+        await agent.handle(start(2))  # repeated: still run 2 waiting
+        assert agent.waiting["7"].run == 2
+        await agent.handle(start(3))
+        assert agent.waiting["7"].run == 3
+        os.killpg(agent.running["7"].pid, 9)
+        for _ in range(100):
+            if any(f["type"] == "started" and f["run"] == 3 for f in agent.ws.frames):
+                break
+            await asyncio.sleep(0.05)
+        os.killpg(agent.running["7"].pid, 9)
+        return [(f["type"], f.get("run")) for f in agent.ws.frames]
+
+    assert asyncio.run(scenario()) == [("started", 1), ("exited", 1), ("started", 3)]
