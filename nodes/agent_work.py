@@ -137,6 +137,7 @@ class Work:
             # this one waits in its place.
             waiting.task.cancel()
             del self.waiting[alloc]
+            self._save()
         old = self.running.get(alloc)
         if old is not None and old.signalled and old.task is not None:
             # A new run of an allocation whose earlier run is still being stopped (it was
