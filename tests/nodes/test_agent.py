@@ -196,46 +196,6 @@ def test_a_restarted_agent_names_the_run_of_what_it_adopts(tmp_path):
 IGNORES_SIGTERM = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)\n"
 
 
-def test_a_start_waiting_for_gpus_survives_the_agent_s_restart(tmp_path):
-    """Restarted while a start waits for a stopping process to leave its GPUs, the agent must
-    neither forget the start (its hello would not list it, and the control plane would count the
-    work lost) nor start it at once beside the process still leaving, nor forget that process is
-    being stopped (its exit is reported as the stop's, terminated)."""
-    def start(alloc: str, code: str) -> dict:
-        return {"type": "start", "allocation": alloc, "command": [sys.executable, "-c", code], "env": {},
-                "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": f"checkpoints/{alloc}",
-                "devices": [{"index": 0, "uuid": "GPU-0"}], "run": 1, **ROOT_LEAVE}
-
-    async def first_agent() -> None:
-        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
-        agent.ws = Recorder()
-        await agent.handle(start("7", IGNORES_SIGTERM))
-        await asyncio.sleep(0.5)  # the interpreter is up and ignores SIGTERM
-        await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 600})
-        await agent.handle(start("8", "import time; time.sleep(60)"))
-        assert set(agent.waiting) == {"8"}
-
-    async def second_agent() -> tuple[list[dict], list[tuple]]:
-        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
-        agent.ws = Recorder()
-        await agent.adopt()
-        hello = agent._hello()["running"]
-        await asyncio.sleep(0.5)
-        assert agent.ws.frames == []  # 8 still waits: 7 holds GPU-0
-        os.killpg(agent.running["7"].pid, 9)  # (the kill after the grace)
-        for _ in range(100):
-            if any(f["type"] == "started" for f in agent.ws.frames):
-                break
-            await asyncio.sleep(0.05)
-        os.killpg(agent.running["8"].pid, 9)
-        return hello, [(f["type"], f["allocation"], f.get("reason")) for f in agent.ws.frames]
-
-    asyncio.run(first_agent())
-    hello, frames = asyncio.run(second_agent())
-    assert sorted((e["allocation"], e["phase"]) for e in hello) == [("7", "running"), ("8", "waiting")]
-    assert frames == [("exited", "7", "terminated"), ("started", "8", None)]
-
-
 def test_while_disconnected_the_latest_report_is_kept_per_run_not_per_allocation(tmp_path):
     """The control plane ignores an earlier run's report: had it replaced the next run's exit, that
     exit would never be told, and the next hello would count the work lost."""

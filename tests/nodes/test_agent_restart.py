@@ -18,6 +18,24 @@ from tests.nodes.conftest import ROOT_LEAVE
 from tests.nodes.test_agent import IGNORES_SIGTERM, Recorder
 
 
+def _start(alloc: str, code: str) -> dict:
+    return {"type": "start", "allocation": alloc, "command": [sys.executable, "-c", code], "env": {},
+            "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": f"checkpoints/{alloc}",
+            "devices": [{"index": 0, "uuid": "GPU-0"}], "run": 1, **ROOT_LEAVE}
+
+
+async def _stopping_7_with_8_waiting(workdir) -> None:
+    """The agent before its restart: 7 told to terminate (ignoring SIGTERM, a long grace), 8 bound
+    to the same GPU and waiting for 7 to leave."""
+    agent = Agent("ws://unused/", "token", workdir, simulate=False)
+    agent.ws = Recorder()
+    await agent.handle(_start("7", IGNORES_SIGTERM))
+    await asyncio.sleep(0.5)  # the interpreter is up and ignores SIGTERM
+    await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 600})
+    await agent.handle(_start("8", "import time; time.sleep(60)"))
+    assert set(agent.waiting) == {"8"}
+
+
 def test_a_process_being_terminated_is_killed_after_the_grace_also_across_the_agent_s_restart(tmp_path, monkeypatch):
     """The kill after a terminate's grace is the agent's own timer. Restarted within the grace, the
     agent must still kill a process that outlives SIGTERM: for a checkpointed victim the control
@@ -25,19 +43,6 @@ def test_a_process_being_terminated_is_killed_after_the_grace_also_across_the_ag
     import nodes.agent_commands
 
     monkeypatch.setattr(nodes.agent_commands, "DEFAULT_GRACE_S", 0.5)
-
-    def start(alloc: str, code: str) -> dict:
-        return {"type": "start", "allocation": alloc, "command": [sys.executable, "-c", code], "env": {},
-                "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": f"checkpoints/{alloc}",
-                "devices": [{"index": 0, "uuid": "GPU-0"}], "run": 1, **ROOT_LEAVE}
-
-    async def first_agent() -> None:
-        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
-        agent.ws = Recorder()
-        await agent.handle(start("7", IGNORES_SIGTERM))
-        await asyncio.sleep(0.5)  # the interpreter is up and ignores SIGTERM
-        await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 600})
-        await agent.handle(start("8", "import time; time.sleep(60)"))
 
     async def second_agent() -> list[tuple]:
         agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
@@ -55,7 +60,7 @@ def test_a_process_being_terminated_is_killed_after_the_grace_also_across_the_ag
             os.killpg(pid, 9)
         return [(f["type"], f["allocation"], f.get("reason")) for f in agent.ws.frames]
 
-    asyncio.run(first_agent())
+    asyncio.run(_stopping_7_with_8_waiting(tmp_path))
     assert asyncio.run(second_agent())[:2] == [("exited", "7", "killed"), ("started", "8", None)]
 
 
@@ -185,3 +190,29 @@ def test_a_restored_start_that_fails_neither_stops_the_agent_nor_loses_the_other
         return started
 
     assert asyncio.run(restarted()) == ["9"]
+
+
+def test_a_start_waiting_for_gpus_survives_the_agent_s_restart(tmp_path):
+    """Restarted while a start waits for a stopping process to leave its GPUs, the agent must
+    neither forget the start (its hello would not list it, and the control plane would count the
+    work lost) nor start it at once beside the process still leaving, nor forget that process is
+    being stopped (its exit is reported as the stop's, terminated)."""
+    async def second_agent() -> tuple[list[dict], list[tuple]]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.adopt()
+        hello = agent._hello()["running"]
+        await asyncio.sleep(0.5)
+        assert agent.ws.frames == []  # 8 still waits: 7 holds GPU-0
+        os.killpg(agent.running["7"].pid, 9)  # (the kill after the grace)
+        for _ in range(100):
+            if any(f["type"] == "started" for f in agent.ws.frames):
+                break
+            await asyncio.sleep(0.05)
+        os.killpg(agent.running["8"].pid, 9)
+        return hello, [(f["type"], f["allocation"], f.get("reason")) for f in agent.ws.frames]
+
+    asyncio.run(_stopping_7_with_8_waiting(tmp_path))
+    hello, frames = asyncio.run(second_agent())
+    assert sorted((e["allocation"], e["phase"]) for e in hello) == [("7", "running"), ("8", "waiting")]
+    assert frames == [("exited", "7", "terminated"), ("started", "8", None)]
