@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
 
-from nodes.protocol import is_allocation_id
+from nodes.protocol import MAX_RUN, is_allocation_id, is_run
 
 MIN_HEARTBEAT_S, MAX_HEARTBEAT_S = 1, 3600
 MAX_GRACE_S = 24 * 3600
@@ -102,8 +102,8 @@ def _start(frame: dict[str, Any]) -> None:
     for name in ("allow_root", "resume_from_checkpoint"):
         _of_type(frame, name, bool, "true or false")
     run = frame.get("run", 0)
-    if type(run) is not int or not 0 <= run <= 2**31 - 1:  # named in its reports (no float, no boolean)
-        raise Ignored("run must be an integer from 0 to 2147483647")
+    if not is_run(run):  # named in its reports
+        raise Ignored(f"run must be an integer from 0 to {MAX_RUN}")
     devices = frame.get("devices", [])
     if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
         raise Ignored("devices must be a list of objects")

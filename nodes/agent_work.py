@@ -20,7 +20,7 @@ from typing import Any
 from nodes import agent_commands, cgroups, runas
 from nodes.checkpoint_files import CheckpointFiles, done_location, size_of
 from nodes.processes import EXIT_FILE, Running, Waiting, alive, device_uuids, recorded_exit_code
-from nodes.protocol import CheckpointDone, Exited, Report, Started, new_id
+from nodes.protocol import SIGNALLED, CheckpointDone, Exited, Report, Started, is_run, new_id
 
 log = logging.getLogger("lattice.agent")
 
@@ -325,14 +325,10 @@ def _exit_reason(entry: Running, code: int | None) -> str:
     return "oom" if cgroups.oom_kills(entry.cgroup) else "failed"
 
 
-SIGNALLED = ("terminated", "killed")
-MAX_RUN = 2**31 - 1  # as start frames give it (nodes/agent_commands.py)
-
-
 def _run(saved: Any) -> int:
     """A saved process's run as its reports may name it; one the control plane would refuse (so
     the agent's hello with it) is taken as not given."""
-    return saved if type(saved) is int and 0 <= saved <= MAX_RUN else 0
+    return saved if is_run(saved) else 0
 
 
 def _saved(path: Path) -> dict[str, Any]:

@@ -18,10 +18,10 @@ from datetime import datetime
 from django.db import transaction
 
 from nodes.models import Node, NodeState
+from nodes.protocol import SIGNALLED
 from scheduling.actions.lifecycle import (
     CHECKPOINT_FAILED_ON,
     ONE_NODE_EXITED,
-    SIGNALLED,
     victim_stopping,
 )
 from scheduling.actions.release import give_back_borrowed

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from nodes.frame_shapes import devices_problem, health_problem
+from nodes.frame_shapes import INT_MAX, devices_problem, health_problem
 from scheduling.flat_maps import capacity_problem, labels_problem
 from scheduling.json_keys import unique_keys
 
@@ -31,6 +31,8 @@ MAX_START_FRAME_BYTES = MAX_FRAME_BYTES // 2
 # Unix user or group it was to run as does not exist on the node; refused: the agent would not
 # run it (as root without the tenant's leave).
 EXIT_REASONS = ("completed", "failed", "terminated", "killed", "oom", "user_unknown", "refused")
+SIGNALLED = frozenset({"terminated", "killed"})  # exit reasons of a process the control plane had stopped
+MAX_RUN = INT_MAX  # a run's number (Start.run; a report's run)
 MAX_NOTE_CHARS = 255  # Node.cgroups_note
 
 
@@ -245,7 +247,7 @@ def _holds_nul(raw: Any, text: str | bytes) -> bool:
 # heartbeat's failed write would fail every other heartbeat of its batch).
 _BOUNDS: dict[str, tuple[int, int]] = {"seq": (0, 2**63 - 1), "exit_code": (-(2**31), 2**31 - 1),
                                        "pid": (0, 2**31 - 1), "seconds": (0, 2**31 - 1),
-                                       "size_bytes": (0, 2**63 - 1), "run": (0, 2**31 - 1)}
+                                       "size_bytes": (0, 2**63 - 1), "run": (0, MAX_RUN)}
 # Per frame type, the bounded fields it has (looked up once, not tried on every frame).
 _BOUNDED: dict[type, tuple[tuple[str, int, int], ...]] = {
     cls: tuple((name, *_BOUNDS[name]) for name in fields if name in _BOUNDS) for cls, fields in SCHEMA.values()}
@@ -274,14 +276,15 @@ def _check(frame: Frame) -> None:
         raise BadFrame("percent must be between 0 and 100", frame.id)
 
 
-def _run_ok(run: object) -> bool:
-    return type(run) is int and 0 <= run <= 2**31 - 1
+def is_run(value: object) -> bool:
+    """A run's number as frames carry it: an integer (no boolean, no float) from 0 (not given)."""
+    return type(value) is int and 0 <= value <= MAX_RUN
 
 
 def _check_hello(frame: Hello) -> None:
     for entry in frame.running:
         if not (isinstance(entry, dict) and is_allocation_id(entry.get("allocation"))
-                and set(entry) <= {"allocation", "phase", "pid", "run"} and _run_ok(entry.get("run", 0))):
+                and set(entry) <= {"allocation", "phase", "pid", "run"} and is_run(entry.get("run", 0))):
             raise BadFrame("running entries are {allocation, phase?, pid?, run?}", frame.id)
     for name, problem in (("labels", labels_problem(frame.labels)), ("capacity", capacity_problem(frame.capacity))):
         if problem is not None:  # flat and bounded (scheduling/flat_maps.py), never a deep document

@@ -22,7 +22,7 @@ from django.db.models import (
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from nodes.protocol import TERMINATE_GRACE_S
+from nodes.protocol import SIGNALLED, TERMINATE_GRACE_S
 from scheduling.actions.allocations import allocation_transition
 from scheduling.actions.release import allocation_release, allocation_signal, give_back_borrowed
 from scheduling.dispatch import DEADLINES, event_on_commit, task_on_commit
@@ -63,10 +63,6 @@ def requeue(alloc: Allocation, *, reason: str, resume: bool, now: datetime, **ex
     allocation_transition(allocation=alloc, to=State.PENDING, reason=reason, now=now, fields={
         "preempted_count": alloc.preempted_count + 1, "resume_from_checkpoint": resume, "started_at": None,
         "deadline_at": None, "leaving": Leaving.NONE, **extra})
-
-
-# Exit reasons the agent gives only for processes the control plane asked it to stop.
-SIGNALLED = frozenset({"terminated", "killed"})
 
 
 def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: str,
