@@ -20,7 +20,16 @@ from typing import Any
 from nodes import agent_commands, cgroups, runas
 from nodes.checkpoint_files import CheckpointFiles, done_location, size_of
 from nodes.processes import EXIT_FILE, Running, Waiting, alive, device_uuids, recorded_exit_code
-from nodes.protocol import SIGNALLED, CheckpointDone, Exited, Report, Started, is_run, new_id
+from nodes.protocol import (
+    NOT_STARTED,
+    SIGNALLED,
+    CheckpointDone,
+    Exited,
+    Report,
+    Started,
+    is_run,
+    new_id,
+)
 
 log = logging.getLogger("lattice.agent")
 
@@ -243,6 +252,17 @@ class Work:
                                  run=entry.run))
 
     async def _checkpoint(self, alloc: str) -> None:
+        waiting = self.waiting.pop(alloc, None)
+        if waiting is not None:
+            # Its run never began (it waits for a stopping process to leave its GPUs): there is
+            # nothing to checkpoint, and it must not start now. Its state is still the one it
+            # would have resumed from, so the control plane requeues it as it was.
+            waiting.task.cancel()
+            self._save()
+            log.info("checkpoint of %s: its run %s had not started, dropped", alloc, waiting.run)
+            await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason=NOT_STARTED,
+                                     run=waiting.run))
+            return
         entry = self.running.get(alloc)
         if entry is None or entry.phase == "checkpointing":
             # A repeated hint (re-sent at hello) while this run already checkpoints: one watcher,

@@ -18,7 +18,7 @@ from datetime import datetime
 from django.db import transaction
 
 from nodes.models import Node, NodeState
-from nodes.protocol import SIGNALLED
+from nodes.protocol import NOT_STARTED, SIGNALLED
 from scheduling.actions.lifecycle import (
     CHECKPOINT_FAILED_ON,
     ONE_NODE_EXITED,
@@ -61,6 +61,8 @@ def exited_on_one_node(*, allocation: Allocation, node: Node, exit_code: int | N
             node_freed=True)
         if alloc.state == State.TERMINATING or (reason == "completed" and exit_code == 0):
             return True
+        if reason == NOT_STARTED and alloc.state == State.CHECKPOINTING:
+            return True  # it never ran here (dropped at the checkpoint): the others' checkpoints decide
         # The work failed: its exit code is this one, whatever the other processes exit with.
         Allocation.objects.filter(pk=alloc.pk).update(exit_code=exit_code)
         alloc.exit_code = exit_code

@@ -29,8 +29,10 @@ MAX_ALLOCATION_ID = 2**63 - 1
 MAX_START_FRAME_BYTES = MAX_FRAME_BYTES // 2
 # oom: the kernel killed it past its memory limit (its cgroup's memory.max); user_unknown: the
 # Unix user or group it was to run as does not exist on the node; refused: the agent would not
-# run it (as root without the tenant's leave).
-EXIT_REASONS = ("completed", "failed", "terminated", "killed", "oom", "user_unknown", "refused")
+# run it (as root without the tenant's leave); not_started: asked to checkpoint while its start
+# still waited for a stopping process to leave its GPUs, it was dropped (it never ran).
+NOT_STARTED = "not_started"
+EXIT_REASONS = ("completed", "failed", "terminated", "killed", "oom", "user_unknown", "refused", NOT_STARTED)
 SIGNALLED = frozenset({"terminated", "killed"})  # exit reasons of a process the control plane had stopped
 MAX_RUN = INT_MAX  # a run's number (Start.run; a report's run)
 MAX_NOTE_CHARS = 255  # Node.cgroups_note

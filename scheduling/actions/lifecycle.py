@@ -22,7 +22,7 @@ from django.db.models import (
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from nodes.protocol import SIGNALLED, TERMINATE_GRACE_S
+from nodes.protocol import NOT_STARTED, SIGNALLED, TERMINATE_GRACE_S
 from scheduling.actions.allocations import allocation_transition
 from scheduling.actions.release import allocation_release, allocation_signal, give_back_borrowed
 from scheduling.dispatch import DEADLINES, event_on_commit, task_on_commit
@@ -83,6 +83,9 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
             AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
                                            reason=f"late exit of an earlier run ignored: {reason} ({exit_code})")
             return alloc
+        if reason == NOT_STARTED and alloc.state == State.CHECKPOINTING:
+            requeue_never_started(alloc, moment)
+            return alloc
         mode = mode_of(alloc)
         fields = {"exit_code": exit_code}
         done = reason == "completed" and exit_code == 0
@@ -120,6 +123,17 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
                 requeue_failed(alloc)
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
     return alloc
+
+
+def requeue_never_started(alloc: Allocation, moment: datetime) -> None:
+    """Asked to checkpoint before its run began (its start waited for a stopping process to leave
+    its GPUs), the agent dropped the start (``not_started``): nothing ran, so the work goes back to
+    the queue to resume as it would have, from the checkpoint it had (or from the start)."""
+    allocation_transition(allocation=alloc, to=State.SUSPENDED, now=moment,
+                          reason=f"its run {alloc.run} was stopped before it started: nothing to checkpoint")
+    requeue(alloc, reason="requeued after preemption", resume=alloc.resume_from_checkpoint, now=moment)
+    allocation_release(allocation=alloc)
+    event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
 
 
 def victim_failed(alloc: Allocation, reason: str, moment: datetime, *, command: str | None = None,

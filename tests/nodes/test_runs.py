@@ -249,3 +249,54 @@ def test_a_cancel_of_a_run_still_waiting_for_its_earlier_run_ends_it_at_once(
             sent.step(_report, "gpu-a", parse(json.dumps(frame)))
     assert ("exited", "terminated", 2) in [(f["type"], f.get("reason"), f.get("run")) for f in frames]
     assert _state(work) == "cancelled"
+
+
+def _checkpointing_second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes: int) -> Allocation:
+    """The second run (resuming from /ckpt/1), asked to checkpoint for a higher class's job."""
+    work = _second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=nodes)
+    make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=7, checkpoint="auto",
+                    vcluster=vcluster_hpc)
+    sent.step(schedule_pass, resource_group.pk)
+    assert _state(work) == "checkpointing"
+    return work
+
+
+def test_a_checkpoint_of_a_run_still_waiting_for_its_earlier_run_requeues_it_as_it_was(
+        sent, make_allocation, resource_group, vcluster_hpc, node_gpu_a, tmp_path):
+    """Run 2 waits for run 1's process to go when a higher class preempts it: the agent has nothing
+    to checkpoint and drops the start. Before, it ignored the hint and the checkpoint's deadline
+    failed work that had never run; now it says so, and the work resumes from the checkpoint it had."""
+    work = _checkpointing_second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=1)
+
+    async def checkpoint(agent: Agent) -> None:
+        await agent.handle({"type": "checkpoint", "allocation": str(work.pk), "deadline": "2026-01-01T00:00:00+00:00"})
+        for _ in range(100):
+            if not agent.waiting:
+                break
+            await asyncio.sleep(0.05)
+        assert agent.waiting == {}
+
+    _, frames = _agent_stopping_run_1_with_run_2_waiting(tmp_path, str(work.pk), checkpoint)
+    told = [(f["type"], f.get("reason"), f.get("run")) for f in frames]
+    assert ("exited", "not_started", 2) in told and ("started", None, 2) not in told  # dropped, never started
+    for frame in frames:
+        if frame["type"] == "exited" and frame["run"] == 2:
+            assert sent.step(_report, "gpu-a", parse(json.dumps(frame))) is True
+    work.refresh_from_db()
+    assert (work.state, work.resume_from_checkpoint, work.checkpoint_location) == ("pending", True, "/ckpt/1")
+    assert not Placement.objects.filter(allocation=work).exists()
+    assert list(work.events.order_by("-id").values_list("reason", flat=True)[:2]) == [
+        "requeued after preemption", "its run 2 was stopped before it started: nothing to checkpoint"]
+
+
+def test_a_run_not_started_on_one_node_of_several_leaves_the_checkpoint_to_the_others(
+        sent, make_allocation, resource_group, vcluster_hpc, two_nodes):
+    work = _checkpointing_second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=2)
+    sent.step(_report, "gpu-a", Exited(id=f"x{next(_ids)}", allocation=str(work.pk), exit_code=None,
+                                       reason="not_started", run=2))
+    assert _state(work) == "checkpointing"  # neither failed nor requeued: gpu-b's process checkpoints
+    assert list(Placement.objects.filter(allocation=work).values_list("node__name", flat=True)) == ["gpu-b"]
+    sent.step(_report, "gpu-b", CheckpointDone(id=f"c{next(_ids)}", allocation=str(work.pk), ok=True,
+                                               location="/ckpt/2", run=2))
+    work.refresh_from_db()
+    assert (work.state, work.checkpoint_location) == ("pending", "/ckpt/2")
