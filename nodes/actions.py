@@ -19,7 +19,13 @@ from django.utils import timezone
 from nodes.health import node_gpu_health
 from nodes.heartbeats import nodes_changed, persist
 from nodes.inventory import node_devices_report
-from nodes.late_exits import allocation_late_exit, lost_at_hello, lost_node_down, of_an_earlier_run
+from nodes.late_exits import (
+    allocation_late_exit,
+    lost_at_hello,
+    lost_node_down,
+    of_an_earlier_run,
+    only_an_earlier_run_here,
+)
 from nodes.models import AgentToken, Node, NodeState, ProcessedFrame
 from nodes.partial_exits import exited_on_one_node
 from nodes.protocol import (
@@ -169,10 +175,11 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
         for alloc_id, p in sorted(placed.items()):
             alloc = p.allocation
             if alloc_id in reported and alloc.run and not reported[alloc_id] & {0, alloc.run}:
-                # Only a process of an earlier run still alive: killed; the run now placed here is
-                # then judged as not running (the agent starts it once the old process is gone).
+                # Only a process of an earlier run still alive: killed; the run now placed here
+                # never started (the agent starts it once the old process is gone).
                 reply.frames.append(encode(Kill(allocation=alloc_id)))
-                del reported[alloc_id]
+                reply.frames += only_an_earlier_run_here(placement=p, node=fresh, now=moment)
+                continue
             if alloc_id in reported:
                 if alloc.state == State.CHECKPOINTING:
                     reply.frames.append(encode(Checkpoint(allocation=alloc_id,

@@ -20,15 +20,19 @@ declared for the node that reports the exit.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
-from nodes.protocol import Exited, Report
+from nodes.models import Node
+from nodes.partial_exits import exited_on_one_node
+from nodes.protocol import NOT_STARTED, Exited, Report, encode
 from scheduling.actions.admission import allocation_cancel
+from scheduling.actions.lifecycle import allocation_exited
+from scheduling.actions.starts import bound_devices, run_as_of, start_frame
 from scheduling.dispatch import event_on_commit
-from scheduling.models import Allocation, AllocationEvent
+from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.states import HOLDING, State
 
 
@@ -87,3 +91,21 @@ def allocation_late_exit(*, allocation: Allocation, node_name: str, exit_code: i
                                   reason=f"not needed: {alloc.pk} {to} before it was lost"[:255])
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": to}, alloc.tenant_id)
     return True
+
+
+def only_an_earlier_run_here(*, placement: Placement, node: Node, now: datetime) -> list[dict[str, Any]]:
+    """A hello lists only an earlier run of the work placed on ``node`` (its process still
+    alive: the hello kills it). The agent starts a run only once the earlier one is gone, so the
+    run now placed here never started: running work gets its start again (frames to send); work
+    asked to checkpoint has nothing to save there (``not_started``); work being stopped is gone
+    from there. Before, the two last were declared lost and failed."""
+    alloc = placement.allocation
+    if alloc.state == State.RUNNING:
+        return [encode(start_frame(alloc, node.name, devices=bound_devices(placement.pk), run_as=run_as_of(alloc)))]
+    AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
+                                   reason=f"run {alloc.run} never started on {node.name}: its agent "
+                                          f"still ran an earlier run at reconnect"[:255])
+    reason = NOT_STARTED if alloc.state == State.CHECKPOINTING else "terminated"
+    if not exited_on_one_node(allocation=alloc, node=node, exit_code=None, reason=reason, now=now):
+        allocation_exited(allocation=alloc, exit_code=None, reason=reason, now=now)
+    return []

@@ -300,3 +300,42 @@ def test_a_run_not_started_on_one_node_of_several_leaves_the_checkpoint_to_the_o
                                                location="/ckpt/2", run=2))
     work.refresh_from_db()
     assert (work.state, work.checkpoint_location) == ("pending", "/ckpt/2")
+
+
+def _hello_of_run_1_only(node: Node, work: Allocation) -> list[tuple[str, Any]]:
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now())  # heard since run 2's start
+    reply = node_hello(node=node, frame=Hello(
+        id=f"h{next(_ids)}", agent_version="t", capacity={}, labels={},
+        running=[{"allocation": str(work.pk), "phase": "running", "pid": 5, "run": 1}]))
+    return [(f["type"], f.get("run")) for f in reply.frames]
+
+
+def test_a_hello_listing_only_an_earlier_run_means_the_run_now_never_started_there(
+        sent, make_allocation, resource_group, vcluster_hpc, node_gpu_a):
+    """The agent never got run 2's start (it runs run 2 only once run 1 is gone, and run 1 is
+    still there). Heard from since that start, it was declared lost and failed: run 2 never ran."""
+    work = _second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=1)
+    assert _hello_of_run_1_only(node_gpu_a, work) == [("welcome", None), ("kill", None), ("start", 2)]
+    assert _state(work) == "running"
+
+
+def test_a_hello_listing_only_an_earlier_run_of_work_asked_to_checkpoint_requeues_it_as_it_was(
+        sent, make_allocation, resource_group, vcluster_hpc, node_gpu_a):
+    work = _checkpointing_second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=1)
+    assert _hello_of_run_1_only(node_gpu_a, work) == [("welcome", None), ("kill", None)]
+    work.refresh_from_db()
+    assert (work.state, work.resume_from_checkpoint, work.checkpoint_location) == ("pending", True, "/ckpt/1")
+    reasons = list(work.events.order_by("id").values_list("reason", flat=True))
+    assert reasons[-3:] == ["run 2 never started on gpu-a: its agent still ran an earlier run at reconnect",
+                            "its run 2 was stopped before it started: nothing to checkpoint",
+                            "requeued after preemption"]
+
+
+def test_a_hello_listing_only_an_earlier_run_of_work_being_cancelled_ends_it(
+        sent, make_allocation, resource_group, vcluster_hpc, node_gpu_a):
+    work = _second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=1)
+    sent.step(allocation_cancel, allocation=work, actor=None, reason="not needed")
+    assert _hello_of_run_1_only(node_gpu_a, work) == [("welcome", None), ("kill", None)]
+    assert _state(work) == "cancelled"
+    assert not Placement.objects.filter(allocation=work).exists()
+    assert work.events.filter(reason__startswith="run 2 never started on gpu-a").exists()  # not "lost"
