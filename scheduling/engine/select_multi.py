@@ -28,13 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cluster import EPS, BArr, FArr, IArr
+from .covers import Cover, minimal_covers
 from .placement import RequestView, give_back
 from .select import COST_EPS, EXACT_LIMIT, _Best, _better
 from .select_bounds import victims_needed
 
 COVERS_EXACT = 64  # minimal covers kept per node in the exact search (the cheapest)
 COVERS_LARGE = 8  # ... and in the large one
-COVER_STEPS = 4_000  # subsets tried per node while listing its covers
 NODE_SLACK = 16  # large: nodes searched per group beyond the ones needed
 BNB_STEPS = 200_000  # branch and bound steps before it keeps the best found
 SWAP_EVALS = 20_000  # large: swaps tried
@@ -42,15 +42,9 @@ FALLBACK_NODES = 4_096  # large: the fallback's nodes per group (the best-bounde
 
 
 @dataclass(slots=True)
-class _Cover:
-    slots: frozenset[int]
-    cost: float
-
-
-@dataclass(slots=True)
 class _Node:
     node: int
-    covers: list[_Cover]
+    covers: list[Cover]
 
 
 @dataclass(slots=True)
@@ -66,7 +60,7 @@ class _Ctx:
     best: _Best
     shared: bool  # some candidate is in covers of two nodes (a gang)
 
-    def extra(self, cover: _Cover, union: frozenset[int]) -> float:
+    def extra(self, cover: Cover, union: frozenset[int]) -> float:
         return sum(self.price[s] for s in cover.slots - union) if union else cover.cost
 
     def total(self, union: Iterable[int]) -> float:
@@ -175,54 +169,16 @@ def _nodes(view: RequestView, ents: IArr, cand: IArr, cost: FArr, bound: int | N
         here = mine[a:b]
         slots = [int(s) for s in cluster.e_alloc[here]]
         if view.exclusive:
-            covers = [_Cover(frozenset(slots), float(cost[slots].sum()))] if (
+            covers = [Cover(frozenset(slots), float(cost[slots].sum()))] if (
                 len(here) == int(cluster.count[node]) and (bound is None or len(slots) <= bound)) else []
         else:
             amounts: list[list[float]] = cluster.e_res[here][:, view.need_idx].tolist()
             deficit = [float(view.need[r] - view.free[node, r]) - EPS for r in view.need_idx.tolist()]
-            covers = _covers(slots, amounts, deficit, cost, bound, keep, by_size)
+            covers = minimal_covers(slots, amounts, deficit, cost, bound, keep, by_size)
         if covers:
             out.append(_Node(node, covers))
     out.sort(key=lambda n: (n.covers[0].cost, len(n.covers[0].slots), n.node))
     return out
-
-
-def _covers(slots: list[int], amounts: list[list[float]], deficit: list[float], cost: FArr,
-            bound: int | None, keep: int, by_size: bool) -> list[_Cover]:
-    """Minimal covers of one node: sets of its candidates that free enough, none of which can
-    be left out, of at most ``bound`` members; the ``keep`` cheapest (or smallest)."""
-    costs = [float(cost[s]) for s in slots]
-    order = sorted(range(len(slots)), key=lambda i: (costs[i], slots[i]))
-    n, m = len(order), len(deficit)
-    suffix = [[0.0] * m for _ in range(n + 1)]
-    for p in range(n - 1, -1, -1):
-        suffix[p] = [suffix[p + 1][j] + amounts[order[p]][j] for j in range(m)]
-    found: list[_Cover] = []
-    steps = 0
-
-    def short(chosen: list[int]) -> list[float]:
-        return [deficit[j] - sum(amounts[i][j] for i in chosen) for j in range(m)]
-
-    def dfs(p: int, chosen: list[int], left: list[float]) -> None:
-        nonlocal steps
-        steps += 1
-        if all(x <= 0 for x in left):
-            if all(any(x + amounts[i][j] > 0 for j, x in enumerate(left)) for i in chosen):
-                found.append(_Cover(frozenset(slots[i] for i in chosen), sum(costs[i] for i in chosen)))
-            return
-        if p == n or steps > COVER_STEPS or (bound is not None and len(chosen) >= bound):
-            return
-        if any(left[j] > suffix[p][j] for j in range(m)):
-            return
-        i = order[p]
-        chosen.append(i)
-        dfs(p + 1, chosen, [left[j] - amounts[i][j] for j in range(m)])
-        chosen.pop()
-        dfs(p + 1, chosen, left)
-
-    dfs(0, [], short([]))
-    found.sort(key=(lambda c: (len(c.slots), c.cost)) if by_size else (lambda c: (c.cost, len(c.slots))))
-    return found[:keep]
 
 
 def _helps(ctx: _Ctx) -> dict[int, list[int]]:
@@ -239,10 +195,10 @@ def _greedy(ctx: _Ctx) -> None:
     A node's best option changes only when a chosen cover shares a candidate with it."""
     helps = _helps(ctx)
     union: frozenset[int] = frozenset()
-    options: dict[int, tuple[float, int, int, _Cover] | None] = {}
+    options: dict[int, tuple[float, int, int, Cover] | None] = {}
 
-    def option(i: int) -> tuple[float, int, int, _Cover] | None:
-        choice: tuple[float, int, int, _Cover] | None = None
+    def option(i: int) -> tuple[float, int, int, Cover] | None:
+        choice: tuple[float, int, int, Cover] | None = None
         for cover in ctx.nodes[i].covers:
             grown = len(union | cover.slots) if union else len(cover.slots)
             if ctx.bound is not None and grown > ctx.bound:
@@ -334,9 +290,9 @@ def _swaps(ctx: _Ctx) -> None:
                 break
 
 
-def _assign(nodes: list[_Node], union: set[int]) -> dict[int, _Cover]:
+def _assign(nodes: list[_Node], union: set[int]) -> dict[int, Cover]:
     """Which node each cover inside ``union`` came from (the greedy's choice, recovered)."""
-    out: dict[int, _Cover] = {}
+    out: dict[int, Cover] = {}
     for i, nd in enumerate(nodes):
         for cover in nd.covers:
             if cover.slots <= union:
