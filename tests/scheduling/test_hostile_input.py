@@ -78,6 +78,20 @@ def test_a_nul_in_a_lookup_is_a_400_naming_it(request, who, url, name):
     assert name in response.json()
 
 
+@pytest.mark.parametrize(("who", "url", "name"), [
+    ("alice", "/api/v1/allocations/?state=running&state=pending", "state"),
+    ("alice", "/api/v1/preemptions/?resource_group=rg-main&resource_group=other", "resource_group"),
+    ("ops", "/api/v1/audit/?actor=op&target=1&actor=other", "actor"),
+])
+def test_a_query_parameter_of_the_api_given_twice_is_a_400_naming_it(request, who, url, name):
+    """Filters and cursors take one value each: the last copy read silently answered another question."""
+    response = request.getfixturevalue(who).get(url)
+    assert response.status_code == 400, response.content
+    assert response.json() == {name: ["given more than once: give it once"]}
+    once = request.getfixturevalue(who).get(url.split("&")[0])
+    assert once.status_code == 200, once.content
+
+
 @pytest.mark.postgres
 def test_a_nul_in_an_operator_write_is_a_field_error(ops):
     response = ops.post("/api/v1/overrides/pause/", {"resource_group": "rg\x00", "reason": "r"},
