@@ -98,8 +98,16 @@ def only_an_earlier_run_here(*, placement: Placement, node: Node, now: datetime)
     alive: the hello kills it). The agent starts a run only once the earlier one is gone, so the
     run now placed here never started: running work gets its start again (frames to send); work
     asked to checkpoint has nothing to save there (``not_started``); work being stopped is gone
-    from there. Before, the two last were declared lost and failed."""
-    alloc = placement.allocation
+    from there. Before, the two last were declared lost and failed.
+
+    The hello read the placement before it came to judge it: read again under the row's lock, as
+    another node's report or a pass may have moved the work on meanwhile (a later run placed here
+    since must not be judged as the one the agent never started)."""
+    seen = placement.allocation
+    alloc = Allocation.objects.select_for_update(of=("self",)).select_related("tenant").get(pk=seen.pk)
+    if (alloc.run != seen.run or alloc.state not in HOLDING
+            or not Placement.objects.filter(pk=placement.pk).exists()):
+        return []  # moved on, or left this node: the next hello judges what is placed here then
     if alloc.state == State.RUNNING:
         return [encode(start_frame(alloc, node.name, devices=bound_devices(placement.pk), run_as=run_as_of(alloc)))]
     AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from nodes.actions import allocation_report, node_hello
 from nodes.agent import Agent
+from nodes.late_exits import only_an_earlier_run_here
 from nodes.models import Node
 from nodes.protocol import BadFrame, CheckpointDone, Exited, Hello, Started, parse
 from scheduling import dispatch
@@ -339,3 +340,29 @@ def test_a_hello_listing_only_an_earlier_run_of_work_being_cancelled_ends_it(
     assert _state(work) == "cancelled"
     assert not Placement.objects.filter(allocation=work).exists()
     assert work.events.filter(reason__startswith="run 2 never started on gpu-a").exists()  # not "lost"
+
+
+def test_a_hello_judging_a_run_that_changed_since_it_read_it_fails_nothing_of_the_run_now(
+        sent, make_allocation, resource_group, vcluster_hpc, node_gpu_a):
+    """The hello reads the node's placements, then judges each: meanwhile another transaction may
+    have moved the work on (run 2's checkpoint done, run 3 started on the node). Judged by what it
+    read (run 2, checkpointing), run 3 was failed as not started, its node freed under the process
+    its start was about to run, and a history row said it was checkpointing again."""
+    work = _checkpointing_second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=1)
+    read_by_the_hello = Placement.objects.select_related("allocation__tenant").get(allocation=work)
+    sent.step(_report, "gpu-a", CheckpointDone(id=f"c{next(_ids)}", allocation=str(work.pk), ok=True,
+                                               location="/ckpt/2", run=2))
+    sent.step(schedule_pass, resource_group.pk)  # the job it was checkpointed for runs, then completes
+    [high] = Allocation.objects.filter(preemption_class=7, state="running")
+    sent.step(_report, "gpu-a", Exited(id=f"x{next(_ids)}", allocation=str(high.pk), exit_code=0,
+                                       reason="completed", run=1))
+    sent.step(schedule_pass, resource_group.pk)
+    work.refresh_from_db()
+    assert (work.state, work.run) == ("running", 3)
+    rows = work.events.count()
+    frames = sent.step(only_an_earlier_run_here, placement=read_by_the_hello,
+                       node=Node.objects.get(name="gpu-a"), now=timezone.now())
+    assert _state(work) == "running"
+    assert list(Placement.objects.filter(allocation=work).values_list("node__name", flat=True)) == ["gpu-a"]
+    assert work.events.count() == rows
+    assert ("start", 2) not in [(f["type"], f.get("run")) for f in frames]
