@@ -192,10 +192,18 @@ class Work:
             await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason="failed", run=run))
             log.warning("cannot start %s: %s", alloc, exc)
             return
-        entry.pid = proc.pid
-        entry.task = asyncio.get_running_loop().create_task(self._watch(entry, proc))
+        self._spawned(entry, proc)
         self._save()
         await self.report(Started(id=new_id(), allocation=alloc, pid=proc.pid, run=run))
+
+    def _spawned(self, entry: Running, proc: asyncio.subprocess.Process) -> None:
+        """``entry``'s process now runs: its pid, its watch, and the stop that came while it was
+        being spawned (it had no pid to signal then; pid 0 would have signalled the agent's group)."""
+        entry.pid = proc.pid
+        if entry.signalled:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL if entry.signalled == "killed" else signal.SIGTERM)
+        entry.task = asyncio.get_running_loop().create_task(self._watch(entry, proc))
 
     def _limit(self, alloc: str, resources: dict[str, Any]) -> Path | None:
         """The allocation's own cgroup, limited to its request (None: no limits on this node)."""
@@ -264,6 +272,9 @@ class Work:
                                      run=waiting.run))
             return
         entry = self.running.get(alloc)
+        while entry is not None and entry.pid <= 0 and not self.simulate and self.running.get(alloc) is entry:
+            await asyncio.sleep(0.05)  # being spawned: signalled once it has its pid
+        entry = self.running.get(alloc)
         if entry is None or entry.phase == "checkpointing":
             # A repeated hint (re-sent at hello) while this run already checkpoints: one watcher,
             # or a second one would clear what the application wrote and report it twice.
@@ -327,7 +338,7 @@ class Work:
                 self.running.pop(alloc, None)
                 asyncio.get_running_loop().create_task(self.report(
                     Exited(id=new_id(), allocation=alloc, exit_code=-int(sig), reason=reason, run=entry.run)))
-            else:
+            elif entry.pid > 0:  # (else being spawned: signalled as it gets its pid, _spawned)
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(entry.pid, sig)
         if waiting is not None or entry is not None:

@@ -366,3 +366,53 @@ def test_a_hello_judging_a_run_that_changed_since_it_read_it_fails_nothing_of_th
     assert list(Placement.objects.filter(allocation=work).values_list("node__name", flat=True)) == ["gpu-a"]
     assert work.events.count() == rows
     assert ("start", 2) not in [(f["type"], f.get("run")) for f in frames]
+
+
+def test_a_checkpoint_or_stop_as_a_waiting_start_spawns_signals_its_process_not_the_agent(tmp_path, monkeypatch):
+    """Run 1's process gone, run 2 leaves ``waiting`` and is being spawned (its pid not known yet)
+    when its checkpoint and then a terminate come. Sent to pid 0, os.killpg signalled the agent's
+    own process group: SIGUSR1 (no handler) or SIGKILL ends the agent."""
+    signalled: list[tuple[int, int]] = []
+    real_killpg, real_spawn = os.killpg, asyncio.create_subprocess_exec
+
+    def killpg(pid: int, sig: int) -> None:
+        signalled.append((pid, sig))
+        if pid > 0:
+            real_killpg(pid, sig)
+
+    async def scenario() -> None:
+        gate = asyncio.Event()
+
+        async def slow_spawn(*args: Any, **kwargs: Any) -> Any:
+            await gate.wait()  # a fork and exec that takes a while
+            return await real_spawn(*args, **kwargs)
+
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        start = {"type": "start", "allocation": "7", "command": [sys.executable, "-c", IGNORES_SIGTERM],
+                 "env": {}, "resources": {}, "resume_from_checkpoint": False, "checkpoint_dir": "checkpoints/7",
+                 "run": 1, **ROOT_LEAVE}
+        await agent.handle(start)
+        await asyncio.sleep(0.5)  # the interpreter is up and ignores SIGTERM
+        await agent.handle({"type": "terminate", "allocation": "7", "grace_s": 600})
+        await agent.handle({**start, "run": 2})
+        monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_spawn)
+        real_killpg(agent.running["7"].pid, 9)  # run 1 goes: run 2 is spawned
+        for _ in range(100):
+            if not agent.waiting and agent.running.get("7") is not None and agent.running["7"].run == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert agent.running["7"].run == 2 and agent.running["7"].pid == 0  # being spawned
+        await agent.handle({"type": "checkpoint", "allocation": "7", "deadline": "2026-01-01T00:00:00+00:00"})
+        await asyncio.sleep(0.1)
+        await agent.handle({"type": "kill", "allocation": "7"})
+        gate.set()
+        for _ in range(100):
+            if "7" not in agent.running:
+                break
+            await asyncio.sleep(0.05)
+        assert "7" not in agent.running  # the kill reached run 2's process once it had one
+
+    monkeypatch.setattr(os, "killpg", killpg)
+    asyncio.run(scenario())
+    assert all(pid > 0 for pid, _ in signalled), signalled
