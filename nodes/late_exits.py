@@ -113,7 +113,6 @@ def only_an_earlier_run_here(*, placement: Placement, node: Node, now: datetime)
     AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
                                    reason=f"run {alloc.run} never started on {node.name}: its agent "
                                           f"still ran an earlier run at reconnect"[:255])
-    reason = NOT_STARTED if alloc.state == State.CHECKPOINTING else "terminated"
-    if not exited_on_one_node(allocation=alloc, node=node, exit_code=None, reason=reason, now=now):
-        allocation_exited(allocation=alloc, exit_code=None, reason=reason, now=now)
+    if not exited_on_one_node(allocation=alloc, node=node, exit_code=None, reason=NOT_STARTED, now=now):
+        allocation_exited(allocation=alloc, exit_code=None, reason=NOT_STARTED, now=now)
     return []

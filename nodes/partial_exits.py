@@ -13,19 +13,21 @@ processes still running there, and no one told them to stop).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 
 from nodes.models import Node, NodeState
 from nodes.protocol import NOT_STARTED, SIGNALLED
+from scheduling.actions.allocations import allocation_transition
 from scheduling.actions.lifecycle import (
     CHECKPOINT_FAILED_ON,
+    LEAVE_GRACE_S,
     ONE_NODE_EXITED,
     victim_stopping,
 )
-from scheduling.actions.release import give_back_borrowed
-from scheduling.dispatch import event_on_commit
+from scheduling.actions.release import allocation_signal, give_back_borrowed
+from scheduling.dispatch import DEADLINES, event_on_commit, task_on_commit
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.pass_asks import request_pass_on_commit
 from scheduling.states import Leaving, State
@@ -62,7 +64,12 @@ def exited_on_one_node(*, allocation: Allocation, node: Node, exit_code: int | N
         if alloc.state == State.TERMINATING or (reason == "completed" and exit_code == 0):
             return True
         if reason == NOT_STARTED and alloc.state == State.CHECKPOINTING:
-            return True  # it never ran here (dropped at the checkpoint): the others' checkpoints decide
+            # Its run never started here, so the processes that did could not go past its last
+            # checkpoint (a rank was missing, and a gang waits for it): they are stopped, and it is
+            # requeued to resume as it would have once they are gone (a checkpoint of theirs would
+            # be of a run that never was whole).
+            never_started_elsewhere(alloc, node.name, now)
+            return True
         # The work failed: its exit code is this one, whatever the other processes exit with.
         Allocation.objects.filter(pk=alloc.pk).update(exit_code=exit_code)
         alloc.exit_code = exit_code
@@ -75,3 +82,14 @@ def exited_on_one_node(*, allocation: Allocation, node: Node, exit_code: int | N
         # Now terminating: watchers hear it, as for every other way into it.
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
         return True
+
+
+def never_started_elsewhere(alloc: Allocation, node_name: str, now: datetime) -> None:
+    """Stop the processes of a checkpointing run that never started on ``node_name``; it keeps its
+    other nodes until they are gone (their exit, or the kill after the grace), then is requeued."""
+    allocation_transition(allocation=alloc, to=State.TERMINATING, now=now,
+                          reason=f"run {alloc.run} never started on {node_name}: stopping"[:255],
+                          fields={"leaving": Leaving.NOT_STARTED, "deadline_at": now + timedelta(seconds=LEAVE_GRACE_S)})
+    allocation_signal(allocation=alloc, command="terminate")
+    task_on_commit(DEADLINES, [alloc.pk], countdown=LEAVE_GRACE_S + 1)
+    event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)

@@ -61,6 +61,10 @@ class Leaving(models.TextChoices):
     # Its process failed on one of its nodes (running or checkpointing): the work failed, so the
     # others' exit 0 does not make it completed, and its exit code is the failed process's.
     RANK_FAILED = "rank_failed", "A process failed on a node"
+    # Asked to checkpoint, its run never started on one of its nodes: the processes that did start
+    # cannot have gone past its last checkpoint (a rank was missing), so they are stopped and it is
+    # requeued to resume as it would have.
+    NOT_STARTED = "not_started", "Its run never started on a node"
 
 
 CANCELLING = frozenset({Leaving.CANCEL, Leaving.RANK_FAILED_CANCEL})

@@ -103,14 +103,7 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
             stopped_failed(alloc, f"exited: {reason} ({exit_code})", moment,
                            fields={} if failed_on_a_node(alloc) else fields)
         elif alloc.state == State.TERMINATING:
-            if alloc.leaving == Leaving.REQUEUE:  # an operator's requeue: back to the queue whatever the mode
-                requeue(alloc, reason="requeued by an operator", resume=False, now=moment, **fields)
-            elif mode == "terminate":
-                allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="preempted (terminate mode)",
-                                      now=moment, fields={**fields, "ended_at": moment})
-            else:
-                requeue(alloc, reason="requeued after preemption", resume=False, now=moment, **fields)
-            allocation_release(allocation=alloc)  # after it left terminating: the decision sees it gone
+            stopped_to_the_queue(alloc, mode, moment, fields, as_it_was=reason == NOT_STARTED)
         elif alloc.state == State.CHECKPOINTING:
             victim_failed(alloc, f"checkpoint failed: exited while checkpointing ({exit_code})", moment,
                            fields=fields)
@@ -123,6 +116,22 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
                 requeue_failed(alloc)
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
     return alloc
+
+
+def stopped_to_the_queue(alloc: Allocation, mode: str, moment: datetime, fields: dict[str, Any], *,
+                         as_it_was: bool = False) -> None:
+    """Preempted (or requeued) work whose process is gone goes back to the queue, or ends
+    ``preempted`` in terminate mode. ``as_it_was`` (its run never started here), or a run that never
+    started on another of its nodes (``Leaving.NOT_STARTED``): it resumes from the checkpoint it had."""
+    resume = (as_it_was or alloc.leaving == Leaving.NOT_STARTED) and alloc.resume_from_checkpoint
+    if alloc.leaving == Leaving.REQUEUE:  # an operator's requeue: back to the queue whatever the mode
+        requeue(alloc, reason="requeued by an operator", resume=resume, now=moment, **fields)
+    elif mode == "terminate" and alloc.leaving != Leaving.NOT_STARTED:
+        allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="preempted (terminate mode)",
+                              now=moment, fields={**fields, "ended_at": moment})
+    else:
+        requeue(alloc, reason="requeued after preemption", resume=resume, now=moment, **fields)
+    allocation_release(allocation=alloc)  # after it left terminating: the decision sees it gone
 
 
 def requeue_never_started(alloc: Allocation, moment: datetime) -> None:
@@ -265,11 +274,12 @@ def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) 
             stopped_failed(alloc, "killed after grace", moment, command="kill")
         else:
             # The agent never reported the exit within the grace: kill, and count it as exited.
-            if mode_of(alloc) == "terminate" and alloc.leaving != Leaving.REQUEUE:
+            if mode_of(alloc) == "terminate" and alloc.leaving not in (Leaving.REQUEUE, Leaving.NOT_STARTED):
                 allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="killed after grace",
                                       now=moment, fields={"ended_at": moment})
             else:
-                requeue(alloc, reason="requeued after preemption (killed after grace)", resume=False, now=moment)
+                requeue(alloc, reason="requeued after preemption (killed after grace)", now=moment,
+                        resume=alloc.leaving == Leaving.NOT_STARTED and alloc.resume_from_checkpoint)
             allocation_release(allocation=alloc, command="kill")
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
     return alloc

@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from nodes.models import Node
 from nodes.protocol import BadFrame, CheckpointDone, Exited, Hello, Started, parse
 from scheduling import dispatch
 from scheduling.actions.admission import allocation_cancel
+from scheduling.actions.batch import allocation_requeue
+from scheduling.actions.lifecycle import allocation_deadline
 from scheduling.actions.preemption import allocation_checkpoint_done
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.passes.run import schedule_pass
@@ -290,17 +293,27 @@ def test_a_checkpoint_of_a_run_still_waiting_for_its_earlier_run_requeues_it_as_
         "requeued after preemption", "its run 2 was stopped before it started: nothing to checkpoint"]
 
 
-def test_a_run_not_started_on_one_node_of_several_leaves_the_checkpoint_to_the_others(
+def test_a_run_not_started_on_one_node_of_several_is_stopped_everywhere_and_requeued_as_it_was(
         sent, make_allocation, resource_group, vcluster_hpc, two_nodes):
+    """A rank never started, so the processes on the other nodes could not go past the last
+    checkpoint (a gang waits for its missing rank, and may never write one): leaving the checkpoint
+    to them had the deadline fail work that never ran whole. They are stopped, and it resumes from
+    the checkpoint it had."""
     work = _checkpointing_second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=2)
+    sent.frames.clear()
     sent.step(_report, "gpu-a", Exited(id=f"x{next(_ids)}", allocation=str(work.pk), exit_code=None,
                                        reason="not_started", run=2))
-    assert _state(work) == "checkpointing"  # neither failed nor requeued: gpu-b's process checkpoints
-    assert list(Placement.objects.filter(allocation=work).values_list("node__name", flat=True)) == ["gpu-b"]
-    sent.step(_report, "gpu-b", CheckpointDone(id=f"c{next(_ids)}", allocation=str(work.pk), ok=True,
-                                               location="/ckpt/2", run=2))
     work.refresh_from_db()
-    assert (work.state, work.checkpoint_location) == ("pending", "/ckpt/2")
+    assert (work.state, work.leaving) == ("terminating", "not_started")
+    assert list(Placement.objects.filter(allocation=work).values_list("node__name", flat=True)) == ["gpu-b"]
+    assert [(node, f["type"]) for node, f in sent.frames] == [("gpu-b", "terminate")]
+    sent.step(_report, "gpu-b", CheckpointDone(id=f"c{next(_ids)}", allocation=str(work.pk), ok=True,
+                                               location="/ckpt/partial", run=2))  # too late: not taken
+    sent.step(_report, "gpu-b", Exited(id=f"x{next(_ids)}", allocation=str(work.pk), exit_code=-15,
+                                       reason="terminated", run=2))
+    work.refresh_from_db()
+    assert (work.state, work.resume_from_checkpoint, work.checkpoint_location) == ("pending", True, "/ckpt/1")
+    assert not Placement.objects.filter(allocation=work).exists()
 
 
 def _hello_of_run_1_only(node: Node, work: Allocation) -> list[tuple[str, Any]]:
@@ -416,3 +429,26 @@ def test_a_checkpoint_or_stop_as_a_waiting_start_spawns_signals_its_process_not_
     monkeypatch.setattr(os, "killpg", killpg)
     asyncio.run(scenario())
     assert all(pid > 0 for pid, _ in signalled), signalled
+
+
+def test_stopped_everywhere_after_a_rank_never_started_and_killed_after_the_grace_it_still_resumes(
+        sent, make_allocation, resource_group, vcluster_hpc, two_nodes):
+    work = _checkpointing_second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=2)
+    sent.step(_report, "gpu-a", Exited(id=f"x{next(_ids)}", allocation=str(work.pk), exit_code=None,
+                                       reason="not_started", run=2))
+    work.refresh_from_db()
+    sent.step(allocation_deadline, allocation=work, now=work.deadline_at + timedelta(seconds=1))
+    work.refresh_from_db()
+    assert (work.state, work.resume_from_checkpoint, work.checkpoint_location) == ("pending", True, "/ckpt/1")
+
+
+def test_a_hello_listing_only_an_earlier_run_of_work_an_operator_requeues_keeps_its_checkpoint(
+        sent, make_allocation, resource_group, vcluster_hpc, node_gpu_a):
+    """Run 2 (resuming from /ckpt/1) never started when an operator sent it back to the queue: it
+    resumes from /ckpt/1 again; judged as stopped, it started over from nothing."""
+    work = _second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=1)
+    sent.step(allocation_requeue, allocation=work, actor=None, reason="maintenance")
+    assert _state(work) == "terminating"
+    assert _hello_of_run_1_only(node_gpu_a, work) == [("welcome", None), ("kill", None)]
+    work.refresh_from_db()
+    assert (work.state, work.resume_from_checkpoint, work.checkpoint_location) == ("pending", True, "/ckpt/1")
