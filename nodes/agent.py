@@ -39,7 +39,7 @@ from typing import Any
 
 import websockets
 
-from nodes import agent_commands, cgroups, devices
+from nodes import agent_commands, agent_files, cgroups, devices
 from nodes.agent_work import Work
 from nodes.processes import Running, Waiting
 from nodes.protocol import Heartbeat, Hello, Report, encode, new_id
@@ -245,16 +245,38 @@ class Agent(Work):
     # -- reports (kept until acknowledged; the latest per allocation and run while disconnected) -
     async def report(self, report: Report) -> None:
         """Send a report now if connected; keep it until acknowledged, the latest per allocation and run."""
+        await self.send_kept(self.keep(report))
+
+    def keep(self, report: Report) -> dict[str, Any]:
+        """Keep ``report`` until acknowledged, in memory and on disk (a restarted agent sends it)."""
         frame = encode(report)
-        key = (report.allocation, report.run)
+        self._keep_frame(frame)
+        self._save_reports()
+        return frame
+
+    def _keep_frame(self, frame: dict[str, Any]) -> None:
+        key = (frame["allocation"], frame.get("run", 0))
         older = self.latest.get(key)
         if older is not None and self.ws is None:
             self.unacked.pop(older, None)  # superseded while disconnected
-        self.latest[key] = report.id
-        self.unacked[report.id] = frame
+        self.latest[key] = frame["id"]
+        self.unacked[frame["id"]] = frame
+
+    async def send_kept(self, frame: dict[str, Any]) -> None:
         if self.ws is not None:
             with contextlib.suppress(websockets.ConnectionClosed):
                 await self._send_now(frame)
+
+    def restore_reports(self) -> None:
+        """The reports an earlier run of this agent made and never had acknowledged."""
+        for frame in agent_files.saved_reports(self.reports_file):
+            self._keep_frame(frame)
+
+    def _save_reports(self) -> None:
+        try:
+            agent_files.write_private(self.reports_file, list(self.unacked.values()))
+        except OSError as exc:  # kept in memory all the same: sent unless the agent dies first
+            log.warning("%s: reports not saved: %s", self.reports_file, exc)
 
     async def _send_now(self, frame: dict[str, Any]) -> None:
         if self.ws is not None:
@@ -262,9 +284,12 @@ class Agent(Work):
 
     def _acked(self, frame_id: str | None) -> None:
         frame = self.unacked.pop(frame_id or "", None)
-        key = (frame.get("allocation", ""), frame.get("run", 0)) if frame is not None else None
-        if key is not None and self.latest.get(key) == frame_id:
+        if frame is None:
+            return
+        key = (frame.get("allocation", ""), frame.get("run", 0))
+        if self.latest.get(key) == frame_id:
             self.latest.pop(key, None)
+        self._save_reports()
 
     def stop(self) -> None:  # the processes keep running: a restarted agent adopts them
         self.stopping.set()

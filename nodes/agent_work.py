@@ -17,7 +17,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from nodes import agent_commands, cgroups, runas
+from nodes import agent_commands, agent_files, cgroups, runas
 from nodes.checkpoint_files import CheckpointFiles, done_location, size_of
 from nodes.processes import EXIT_FILE, Running, Waiting, alive, device_uuids, recorded_exit_code
 from nodes.protocol import (
@@ -48,7 +48,19 @@ class Work:
     state_file: Path
     limiter: cgroups.Limiter | None
 
+    unacked: dict[str, dict[str, Any]]
+    latest: dict[tuple[str, int], str]
+
     async def report(self, report: Report) -> None:
+        raise NotImplementedError
+
+    def keep(self, report: Report) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def send_kept(self, frame: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def restore_reports(self) -> None:
         raise NotImplementedError
 
     def _probe_limits(self) -> None:
@@ -61,24 +73,23 @@ class Work:
         data = {a: {"pid": r.pid, "checkpoint_dir": str(r.checkpoint_dir), "devices": sorted(r.devices),
                     "run": r.run, **({"cgroup": str(r.cgroup)} if r.cgroup else {}),
                     **({"signalled": r.signalled} if r.signalled else {})} for a, r in self.running.items()}
-        for path, content in ((self.state_file, data), (self.waiting_file, {a: w.frame for a, w in self.waiting.items()})):
-            tmp = path.with_suffix(".tmp")
-            tmp.unlink(missing_ok=True)
-            # The agent's alone: the waiting starts hold their command and env (a tenant's secrets,
-            # perhaps), and the work directory is open to the jobs' users (their checkpoints are there).
-            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
-                out.write(json.dumps(content))
-            tmp.replace(path)
+        agent_files.write_private(self.state_file, data)
+        agent_files.write_private(self.waiting_file, {a: w.frame for a, w in self.waiting.items()})
 
     @property
     def waiting_file(self) -> Path:
         return self.state_file.with_name("agent-waiting.json")
 
+    @property
+    def reports_file(self) -> Path:
+        return self.state_file.with_name("agent-reports.json")
+
     async def adopt(self) -> None:
         """Take back the processes a previous run of this agent started (report those that ended),
         then the starts it had waiting for stopping processes to leave their GPUs."""
-        waiting = _saved(self.waiting_file)  # (read before the processes' save rewrites it)
-        for alloc, info in _saved(self.state_file).items():
+        self.restore_reports()  # first: sent before anything this run of the agent reports
+        waiting = agent_files.saved_object(self.waiting_file)  # (read before the processes' save rewrites it)
+        for alloc, info in agent_files.saved_object(self.state_file).items():
             try:
                 entry = Running(alloc, pid=int(info["pid"]), checkpoint_dir=Path(info["checkpoint_dir"]),
                                 cgroup=Path(info["cgroup"]) if info.get("cgroup") else None,
@@ -92,8 +103,10 @@ class Work:
             # (pid 0 or below is no process of its own: kill() would reach the agent's group, or all)
             if self.simulate or entry.pid <= 0 or not alive(entry.pid):
                 code = recorded_exit_code(entry.checkpoint_dir)
-                await self.report(Exited(id=new_id(), allocation=alloc, exit_code=code,
-                                         reason=_exit_reason(entry, code), run=entry.run))
+                kept = self.unacked.get(self.latest.get((alloc, entry.run), ""), {})
+                if kept.get("type") != "exited":  # (else its exit was kept before the agent died)
+                    await self.report(Exited(id=new_id(), allocation=alloc, exit_code=code,
+                                             reason=_exit_reason(entry, code), run=entry.run))
                 cgroups.remove(entry.cgroup)
                 continue
             self.running[alloc] = entry
@@ -127,13 +140,19 @@ class Work:
     async def _watch_adopted(self, entry: Running) -> None:
         while alive(entry.pid):
             await asyncio.sleep(0.5)
-        self.running.pop(entry.allocation, None)
-        self._save()
         code = recorded_exit_code(entry.checkpoint_dir)
-        reason = _exit_reason(entry, code)
+        await self._gone(entry, code)
+
+    async def _gone(self, entry: Running, code: int | None) -> None:
+        """``entry``'s process is gone: its exit is kept (on disk) before the process leaves the
+        state file, so an agent that dies in between reports it once restarted, never loses it."""
+        frame = self.keep(Exited(id=new_id(), allocation=entry.allocation, exit_code=code,
+                                 reason=_exit_reason(entry, code), run=entry.run))
+        if self.running.get(entry.allocation) is entry:
+            self.running.pop(entry.allocation)
+        self._save()
         cgroups.remove(entry.cgroup)
-        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=code, reason=reason,
-                                 run=entry.run))
+        await self.send_kept(frame)
 
     # -- running work ----------------------------------------------------------------------
     async def _start(self, frame: dict[str, Any]) -> None:
@@ -239,16 +258,8 @@ class Work:
 
     async def _watch(self, entry: Running, proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
-        if self.running.get(entry.allocation) is entry:
-            self.running.pop(entry.allocation)
-        self._save()
         code = recorded_exit_code(entry.checkpoint_dir)
-        if code is None:
-            code = proc.returncode
-        reason = _exit_reason(entry, code)
-        cgroups.remove(entry.cgroup)
-        await self.report(Exited(id=new_id(), allocation=entry.allocation, exit_code=code, reason=reason,
-                                 run=entry.run))
+        await self._gone(entry, proc.returncode if code is None else code)
 
     async def _simulated(self, entry: Running) -> None:
         try:
@@ -360,12 +371,3 @@ def _run(saved: Any) -> int:
     """A saved process's run as its reports may name it; one the control plane would refuse (so
     the agent's hello with it) is taken as not given."""
     return saved if is_run(saved) else 0
-
-
-def _saved(path: Path) -> dict[str, Any]:
-    """A state file's object ({} when there is none, or it is not one)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

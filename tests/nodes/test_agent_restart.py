@@ -216,3 +216,86 @@ def test_a_start_waiting_for_gpus_survives_the_agent_s_restart(tmp_path):
     hello, frames = asyncio.run(second_agent())
     assert sorted((e["allocation"], e["phase"]) for e in hello) == [("7", "running"), ("8", "waiting")]
     assert frames == [("exited", "7", "terminated"), ("started", "8", None)]
+
+
+def test_an_exit_reported_just_before_the_agent_died_is_sent_by_the_agent_restarted(tmp_path):
+    """The process exited 0 and left the state file; its exit was not yet acknowledged when the
+    agent died. Kept in memory only, it was lost: the next hello no longer listed the work, and the
+    control plane failed work that had completed."""
+    async def first_agent() -> None:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)  # disconnected: no socket
+        await agent.handle(_start("7", "pass"))
+        for _ in range(100):
+            if "7" not in agent.running:
+                break
+            await asyncio.sleep(0.05)
+        assert json.loads((tmp_path / "agent-state.json").read_text()) == {}
+
+    async def second_agent() -> list[tuple]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        await agent.adopt()
+        agent.ws = Recorder()
+        await agent.greet()
+        return [(f["type"], f.get("allocation"), f.get("reason"), f.get("exit_code"), f.get("run"))
+                for f in agent.ws.frames]
+
+    asyncio.run(first_agent())  # (the agent object is dropped, as a killed agent's memory is)
+    assert oct((tmp_path / "agent-reports.json").stat().st_mode & 0o777) == "0o600"
+    # (its start superseded by its exit while disconnected: the latest report of the run)
+    assert asyncio.run(second_agent()) == [("exited", "7", "completed", 0, 1), ("hello", None, None, None, None)]
+
+
+def test_an_acknowledged_report_is_not_sent_again_after_a_restart(tmp_path):
+    async def first_agent() -> None:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=True)
+        agent.ws = Recorder()
+        await agent.handle(_start("7", "pass"))
+        for frame in agent.ws.frames:
+            await agent.handle({"type": "ack", "id": frame["id"]})
+
+    async def second_agent() -> list[str]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=True)
+        await agent.adopt()
+        agent.ws = Recorder()
+        await agent.greet()
+        return [f["type"] for f in agent.ws.frames]
+
+    asyncio.run(first_agent())
+    assert asyncio.run(second_agent()) == ["hello"]  # its start, acknowledged, is not sent again
+
+
+def test_an_exit_kept_before_the_process_left_the_state_file_is_sent_once(tmp_path):
+    """Died between keeping the exit and saving the state without the process: the restarted agent
+    finds the process gone and its exit kept, and does not report a second exit of that run."""
+    (tmp_path / "agent-state.json").write_text(json.dumps(
+        {"7": {"pid": 2**22 + 12345, "checkpoint_dir": str(tmp_path / "checkpoints/7"), "devices": [], "run": 2}}))
+    (tmp_path / "agent-reports.json").write_text(json.dumps([
+        {"type": "exited", "id": "e1", "allocation": "7", "exit_code": 0, "reason": "completed", "run": 2}]))
+
+    async def agent_restarted() -> list[tuple]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        await agent.adopt()
+        agent.ws = Recorder()
+        await agent.greet()
+        return [(f["type"], f["id"] if f["type"] != "hello" else "", f.get("run")) for f in agent.ws.frames]
+
+    assert asyncio.run(agent_restarted()) == [("exited", "e1", 2), ("hello", "", None)]
+
+
+def test_a_damaged_or_edited_reports_file_is_left_out_not_fatal(tmp_path, caplog):
+    (tmp_path / "agent-reports.json").write_text(json.dumps([
+        {"type": "exited", "id": "e1", "allocation": "7", "exit_code": 0, "reason": "completed", "run": 1},
+        {"type": "exited", "id": "e2", "allocation": "8", "reason": "bored"},  # not a frame the control plane takes
+        "not a frame", {"type": "heartbeat", "id": "h", "seq": 1, "running": []}]))
+
+    async def agent_restarted() -> list[str]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        await agent.adopt()
+        agent.ws = Recorder()
+        await agent.greet()
+        return [f["id"] for f in agent.ws.frames if f["type"] != "hello"]
+
+    assert asyncio.run(agent_restarted()) == ["e1"]
+    assert "left out" in caplog.text
+    (tmp_path / "agent-reports.json").write_text("{not json")
+    assert asyncio.run(agent_restarted()) == []

@@ -304,12 +304,16 @@ def test_an_agent_whose_clock_is_behind_its_last_run_is_heard_after_its_hello(tm
     assert beat.state == "ready" and beat.last_heartbeat_at <= timezone.now()
 
 
+@pytest.mark.parametrize("agent_killed", [False, True])
 def test_work_that_ends_while_its_agent_is_cut_off_is_completed_not_lost(
-        tmp_path, resource_group, vcluster_hpc, node_gpu_a, make_allocation, agent_factory, control_plane):
+        tmp_path, resource_group, vcluster_hpc, node_gpu_a, make_allocation, agent_factory, control_plane,
+        agent_killed):
     """The job finishes while the control plane is down; the agent keeps the exit and, once it is
     back, reports it before its hello reconciles: the job completed, was never failed, and no copy
-    of it was queued."""
-    _connected_agent(tmp_path, node_gpu_a, agent_factory)
+    of it was queued. Also when the agent is killed (SIGKILL) after the exit and started again: the
+    exit was kept on disk (before, it died with the agent, and the job was failed as lost)."""
+    token = agent_token_issue(node=node_gpu_a)
+    _, agent = _connected_agent(tmp_path, node_gpu_a, agent_factory, token)
     runs = tmp_path / "runs"
     wait_file = tmp_path / "go"
     script = (f"import os, time\nwhile not os.path.exists({str(wait_file)!r}): time.sleep(0.1)\n"
@@ -329,6 +333,10 @@ def test_work_that_ends_while_its_agent_is_cut_off_is_completed_not_lost(
     wait_file.write_text("")
     wait_for(runs.exists, 30, "the job to end while the agent is cut off")
     time.sleep(0.5)  # the agent has seen its process exit and kept the report
+    if agent_killed:
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=10)
+        agent_factory(token)
     control_plane.start()
     wait_for(lambda: node.get(pk=node_gpu_a.pk).last_heartbeat_at > down_at, 60, "the agent to reconnect")
     wait_for(lambda: Allocation.objects.get(pk=job.pk).state == "completed", 30, "the exit to be applied")
