@@ -13,21 +13,20 @@ processes still running there, and no one told them to stop).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 
 from nodes.models import Node, NodeState
 from nodes.protocol import NOT_STARTED, SIGNALLED
-from scheduling.actions.allocations import allocation_transition
 from scheduling.actions.lifecycle import (
     CHECKPOINT_FAILED_ON,
-    LEAVE_GRACE_S,
     ONE_NODE_EXITED,
+    stopping,
     victim_stopping,
 )
-from scheduling.actions.release import allocation_signal, give_back_borrowed
-from scheduling.dispatch import DEADLINES, event_on_commit, task_on_commit
+from scheduling.actions.release import give_back_borrowed
+from scheduling.dispatch import event_on_commit
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.pass_asks import request_pass_on_commit
 from scheduling.states import Leaving, State
@@ -87,9 +86,6 @@ def exited_on_one_node(*, allocation: Allocation, node: Node, exit_code: int | N
 def never_started_elsewhere(alloc: Allocation, node_name: str, now: datetime) -> None:
     """Stop the processes of a checkpointing run that never started on ``node_name``; it keeps its
     other nodes until they are gone (their exit, or the kill after the grace), then is requeued."""
-    allocation_transition(allocation=alloc, to=State.TERMINATING, now=now,
-                          reason=f"run {alloc.run} never started on {node_name}: stopping"[:255],
-                          fields={"leaving": Leaving.NOT_STARTED, "deadline_at": now + timedelta(seconds=LEAVE_GRACE_S)})
-    allocation_signal(allocation=alloc, command="terminate")
-    task_on_commit(DEADLINES, [alloc.pk], countdown=LEAVE_GRACE_S + 1)
+    stopping(alloc, f"run {alloc.run} never started on {node_name}", now, command="terminate",
+             fields={"leaving": Leaving.NOT_STARTED})
     event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)

@@ -119,19 +119,22 @@ def allocation_exited(*, allocation: Allocation, exit_code: int | None, reason: 
 
 
 def stopped_to_the_queue(alloc: Allocation, mode: str, moment: datetime, fields: dict[str, Any], *,
-                         as_it_was: bool = False) -> None:
-    """Preempted (or requeued) work whose process is gone goes back to the queue, or ends
-    ``preempted`` in terminate mode. ``as_it_was`` (its run never started here), or a run that never
-    started on another of its nodes (``Leaving.NOT_STARTED``): it resumes from the checkpoint it had."""
+                         as_it_was: bool = False, after_grace: bool = False) -> None:
+    """Preempted (or requeued) work whose process is gone (its exit, or ``after_grace``: killed, and
+    counted gone) goes back to the queue, or ends ``preempted`` in terminate mode. ``as_it_was`` (its
+    run never started here), or a run that never started on another of its nodes
+    (``Leaving.NOT_STARTED``): it resumes from the checkpoint it had."""
     resume = (as_it_was or alloc.leaving == Leaving.NOT_STARTED) and alloc.resume_from_checkpoint
+    how = " (killed after grace)" if after_grace else ""
     if alloc.leaving == Leaving.REQUEUE:  # an operator's requeue: back to the queue whatever the mode
-        requeue(alloc, reason="requeued by an operator", resume=resume, now=moment, **fields)
+        requeue(alloc, reason=f"requeued by an operator{how}", resume=resume, now=moment, **fields)
     elif mode == "terminate" and alloc.leaving != Leaving.NOT_STARTED:
-        allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="preempted (terminate mode)",
-                              now=moment, fields={**fields, "ended_at": moment})
+        allocation_transition(allocation=alloc, to=State.PREEMPTED, now=moment, fields={**fields, "ended_at": moment},
+                              reason="killed after grace" if after_grace else "preempted (terminate mode)")
     else:
-        requeue(alloc, reason="requeued after preemption", resume=resume, now=moment, **fields)
-    allocation_release(allocation=alloc)  # after it left terminating: the decision sees it gone
+        requeue(alloc, reason=f"requeued after preemption{how}", resume=resume, now=moment, **fields)
+    # After it left terminating: the decision sees it gone.
+    allocation_release(allocation=alloc, command="kill" if after_grace else None)
 
 
 def requeue_never_started(alloc: Allocation, moment: datetime) -> None:
@@ -165,10 +168,18 @@ def victim_stopping(alloc: Allocation, reason: str, moment: datetime, *, command
     (then it is killed and counted gone), so no one starts on them while it still runs. It
     then ends failed with ``reason`` (``stopped_failed``), by the failure ``leaving`` says;
     work being cancelled still ends cancelled."""
-    fields: dict[str, Any] = {"fail_reason": reason[:255], "deadline_at": moment + timedelta(seconds=LEAVE_GRACE_S)}
+    fields: dict[str, Any] = {"fail_reason": reason[:255]}
     if alloc.leaving not in CANCELLING:
         fields["leaving"] = leaving
-    if alloc.state == State.TERMINATING:  # already leaving: now for a failure
+    stopping(alloc, reason, moment, command=command, fields=fields)
+
+
+def stopping(alloc: Allocation, reason: str, moment: datetime, *, command: str, fields: dict[str, Any]) -> None:
+    """Work whose processes must go while they may still run: terminating with ``fields`` (why it
+    leaves), ``command`` sent to its agents, its nodes kept until it reports its exit or the grace
+    passes (``allocation_deadline``)."""
+    fields = {**fields, "deadline_at": moment + timedelta(seconds=LEAVE_GRACE_S)}
+    if alloc.state == State.TERMINATING:  # already leaving: now for this
         Allocation.objects.filter(pk=alloc.pk).update(**fields)
         for key, value in fields.items():
             setattr(alloc, key, value)
@@ -274,13 +285,7 @@ def allocation_deadline(*, allocation: Allocation, now: datetime | None = None) 
             stopped_failed(alloc, "killed after grace", moment, command="kill")
         else:
             # The agent never reported the exit within the grace: kill, and count it as exited.
-            if mode_of(alloc) == "terminate" and alloc.leaving not in (Leaving.REQUEUE, Leaving.NOT_STARTED):
-                allocation_transition(allocation=alloc, to=State.PREEMPTED, reason="killed after grace",
-                                      now=moment, fields={"ended_at": moment})
-            else:
-                requeue(alloc, reason="requeued after preemption (killed after grace)", now=moment,
-                        resume=alloc.leaving == Leaving.NOT_STARTED and alloc.resume_from_checkpoint)
-            allocation_release(allocation=alloc, command="kill")
+            stopped_to_the_queue(alloc, mode_of(alloc), moment, {}, after_grace=True)
         event_on_commit("allocation.state", {"allocation": alloc.pk, "state": alloc.state}, alloc.tenant_id)
     return alloc
 

@@ -452,3 +452,17 @@ def test_a_hello_listing_only_an_earlier_run_of_work_an_operator_requeues_keeps_
     assert _hello_of_run_1_only(node_gpu_a, work) == [("welcome", None), ("kill", None)]
     work.refresh_from_db()
     assert (work.state, work.resume_from_checkpoint, work.checkpoint_location) == ("pending", True, "/ckpt/1")
+
+
+def test_an_operator_s_requeue_whose_process_outlives_the_grace_says_so_and_starts_over(
+        sent, make_allocation, resource_group, vcluster_hpc, node_gpu_a):
+    """Its run started (no agent says otherwise): killed after the grace, it is back in the queue
+    as an operator's requeue, starting over; a run that never started is another case (above)."""
+    work = _second_run(sent, make_allocation, resource_group, vcluster_hpc, nodes=1)
+    sent.step(allocation_requeue, allocation=work, actor=None, reason="maintenance")
+    work.refresh_from_db()
+    sent.step(allocation_deadline, allocation=work, now=work.deadline_at + timedelta(seconds=1))
+    work.refresh_from_db()
+    assert (work.state, work.resume_from_checkpoint) == ("pending", False)
+    assert work.events.latest("id").reason == "requeued by an operator (killed after grace)"
+    assert ("gpu-a", "kill") in [(node, f["type"]) for node, f in sent.frames if f.get("allocation") == str(work.pk)]
