@@ -58,7 +58,7 @@ from scheduling.actions.preemption import (
     allocation_defer,
 )
 from scheduling.actions.release import give_back_borrowed
-from scheduling.actions.starts import bound_devices, run_as_of, start_frame
+from scheduling.actions.starts import start_again
 from scheduling.dispatch import agent_revoked_on_commit, event_on_commit
 from scheduling.errors import InvalidTransition
 from scheduling.models import Allocation, AllocationEvent, Placement
@@ -190,8 +190,7 @@ def node_hello(*, node: Node, frame: Hello, now: datetime | None = None) -> Repl
             never_sent = alloc.state == State.RUNNING and (
                 last_contact is None or (alloc.started_at is not None and alloc.started_at >= last_contact))
             if never_sent:
-                reply.frames.append(encode(start_frame(alloc, node.name, devices=bound_devices(p.pk),
-                                                       run_as=run_as_of(alloc))))
+                reply.frames.append(encode(start_again(alloc, node.name, p.pk)))
             else:
                 _lost_at_hello(node, alloc, moment)
     return reply

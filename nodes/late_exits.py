@@ -30,7 +30,7 @@ from nodes.partial_exits import exited_on_one_node
 from nodes.protocol import NOT_STARTED, Exited, Report, encode
 from scheduling.actions.admission import allocation_cancel
 from scheduling.actions.lifecycle import allocation_exited
-from scheduling.actions.starts import bound_devices, run_as_of, start_frame
+from scheduling.actions.starts import start_again
 from scheduling.dispatch import event_on_commit
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.states import HOLDING, State
@@ -109,7 +109,7 @@ def only_an_earlier_run_here(*, placement: Placement, node: Node, now: datetime)
             or not Placement.objects.filter(pk=placement.pk).exists()):
         return []  # moved on, or left this node: the next hello judges what is placed here then
     if alloc.state == State.RUNNING:
-        return [encode(start_frame(alloc, node.name, devices=bound_devices(placement.pk), run_as=run_as_of(alloc)))]
+        return [encode(start_again(alloc, node.name, placement.pk))]
     AllocationEvent.objects.create(allocation=alloc, from_state=alloc.state, to_state=alloc.state,
                                    reason=f"run {alloc.run} never started on {node.name}: its agent "
                                           f"still ran an earlier run at reconnect"[:255])

@@ -75,6 +75,12 @@ def bound_devices(placement_id: int) -> Devices:
     return list(PlacementDevice.objects.filter(placement_id=placement_id).order_by("index").values("index", "uuid"))
 
 
+def start_again(alloc: Allocation, node_name: str, placement_id: int) -> Start:
+    """The start of ``alloc``'s part on ``node_name`` sent again (a hello found it not running there):
+    the GPUs its placement holds, as whom it runs."""
+    return start_frame(alloc, node_name, devices=bound_devices(placement_id), run_as=run_as_of(alloc))
+
+
 def allocations_start(ran_on: dict[int, list[str]], node_ids: dict[str, int], moment: datetime, *,
                       had_holds: bool) -> list[Allocation]:
     """Pending -> running on the given nodes (allocation id -> node names), with their placements,
