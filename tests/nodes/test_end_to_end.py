@@ -192,6 +192,42 @@ def test_preemption_checkpoint_and_resume_through_real_processes(tmp_path, resou
     assert Allocation.objects.get(pk=low.pk).state == "running"
 
 
+def test_work_preempted_while_its_start_waits_for_gpus_is_requeued_as_it_was(
+        tmp_path, resource_group, vcluster_hpc, node_gpu_a, make_allocation, agent_factory):
+    """The low job checkpoints for the mid one but outlives its terminate (it ignores SIGTERM), so
+    the mid job's start waits at the agent for its GPUs. The high job then preempts the mid one:
+    its run never started, so the agent drops the start and says so (not_started), and the mid job
+    goes back to the queue as it was. Before, the agent ignored the checkpoint and the deadline
+    failed work that had never run."""
+    app, _ = _connected_agent(tmp_path, node_gpu_a, agent_factory)
+    stubborn = tmp_path / "stubborn.py"
+    stubborn.write_text("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + APP)
+    low = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=1, checkpoint="auto",
+                          vcluster=vcluster_hpc, command=[sys.executable, str(stubborn), "600"])
+    schedule_pass(resource_group.pk)
+    wait_for((tmp_path / "agent" / "checkpoints" / str(low.pk) / "running").exists, 30, "the low job to run")
+
+    mid = make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=5, checkpoint="auto",
+                          vcluster=vcluster_hpc, command=[sys.executable, str(app), "600"])
+    schedule_pass(resource_group.pk)
+    wait_for(lambda: Allocation.objects.get(pk=low.pk).state == "pending", 30, "the low job's checkpoint")
+    schedule_pass(resource_group.pk)
+    assert Allocation.objects.get(pk=mid.pk).state == "running"  # placed; its start waits at the agent
+    time.sleep(1)
+    assert not AllocationEvent.objects.filter(allocation=mid, reason__startswith="started on").exists()
+
+    make_allocation(state="pending", node_count=1, per_node_gpu=8, preemption_class=9, checkpoint="auto",
+                    vcluster=vcluster_hpc, command=[sys.executable, str(app), "1"])
+    schedule_pass(resource_group.pk)
+    wait_for(lambda: Allocation.objects.get(pk=mid.pk).state == "pending", 20, "the mid job to be requeued")
+    mid.refresh_from_db()
+    assert (mid.preempted_count, mid.resume_from_checkpoint) == (1, False)
+    assert list(mid.events.order_by("id").values_list("reason", flat=True))[-2:] == [
+        "its run 1 was stopped before it started: nothing to checkpoint", "requeued after preemption"]
+    assert not AllocationEvent.objects.filter(allocation=mid, to_state="failed").exists()
+    assert not AllocationEvent.objects.filter(allocation=mid, reason__startswith="started on").exists()
+
+
 def test_agent_killed_mid_run_resynchronises_without_loss_or_duplicate(tmp_path, resource_group, vcluster_hpc,
                                                                        node_gpu_a, make_allocation, agent_factory):
     token = agent_token_issue(node=node_gpu_a)
