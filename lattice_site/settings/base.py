@@ -27,7 +27,7 @@ CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "lattice_site.admin_lists.LatticeAdminConfig",  # django.contrib.admin, lists vetted
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
