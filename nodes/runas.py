@@ -112,12 +112,12 @@ class Launch:
 
 
 def prepare(frame: dict[str, Any], who: Identity | None, alloc: str, ckpt: Path, workdir: Path, exit_file: Path,
-            cgroup: Path | None = None) -> Launch:
+            cgroup: Path | None = None, pid_file: Path | None = None) -> Launch:
     """Everything a ``start`` needs before its process, run as ``who`` (``resolve``'s answer, made
     once by the caller before anything else; None: as the agent): its directories (its own working
     directory when it runs as a user), its environment (its GPUs only, when the frame binds
-    devices) and the launcher's command line (entering ``cgroup`` first, when the node limits
-    allocations)."""
+    devices) and the launcher's command line (claiming ``pid_file`` first, when given, then
+    entering ``cgroup``, when the node limits allocations)."""
     cwd = workdir / "work" / alloc if who is not None else workdir
     try:
         for path in (ckpt, cwd):
@@ -132,5 +132,5 @@ def prepare(frame: dict[str, Any], who: Identity | None, alloc: str, ckpt: Path,
     # The launcher by its path: nothing of Lattice goes on the job's PYTHONPATH, installed or not.
     argv = [sys.executable, str(Path(__file__).with_name("agent_run.py")), str(exit_file),
             *(who.launcher_args() if who is not None else []), *(["--cgroup", str(cgroup)] if cgroup else []),
-            "--", *command]
+            *(["--pid-file", str(pid_file)] if pid_file else []), "--", *command]
     return Launch(argv, env, str(cwd))
