@@ -40,7 +40,7 @@ from typing import Any
 import websockets
 
 from nodes import agent_commands, agent_files, cgroups, devices
-from nodes.agent_work import Work
+from nodes.agent_adopt import Adopting
 from nodes.processes import Running, Waiting
 from nodes.protocol import Heartbeat, Hello, Report, encode, new_id
 from scheduling.version import version
@@ -53,7 +53,7 @@ CLOSE_REVOKED, CLOSE_REPLACED = 4401, 4409
 EXIT_REVOKED = 3
 
 
-class Agent(Work):
+class Agent(Adopting):
     devices: list[dict[str, Any]] | None = None  # the node's GPUs, reported in every hello
     nvml: Any = None  # an initialised pynvml-like module (tests inject a fake); None: nodes/devices.py finds one
     xid_set: Any = None  # NVML's event set for Xids (False: NVML cannot deliver them)

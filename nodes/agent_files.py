@@ -1,4 +1,5 @@
-"""The agent's own files in its work directory: what runs (``agent-state.json``), the starts that
+"""The agent's own files in its work directory: what runs (``agent-state.json``, each process's
+entry, and each start's from before its spawn: nodes/agent_launches.py), the starts that
 wait (``agent-waiting.json``) and the reports not yet acknowledged (``agent-reports.json``).
 
 Each is written whole to a temporary file and renamed over the old one, so a crash leaves the old
@@ -16,7 +17,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nodes.protocol import BadFrame, Report, encode, parse
+from nodes import agent_launches
+from nodes.processes import Running
+from nodes.protocol import SIGNALLED, BadFrame, Report, encode, is_run, parse
 
 log = logging.getLogger("lattice.agent")
 
@@ -58,3 +61,33 @@ def saved_reports(path: Path) -> list[dict[str, Any]]:
         if isinstance(report, Report):
             kept.append(encode(report))
     return kept
+
+
+def entry_record(entry: Running) -> dict[str, Any]:
+    """``entry`` as ``agent-state.json`` keeps it (``saved_entry`` reads it back)."""
+    return {"pid": entry.pid, "checkpoint_dir": str(entry.checkpoint_dir), "devices": sorted(entry.devices),
+            "run": entry.run, **({"cgroup": str(entry.cgroup)} if entry.cgroup else {}),
+            **({"signalled": entry.signalled} if entry.signalled else {}),
+            **({"launch": entry.launch} if entry.launch else {}),
+            **({"start": entry.start} if entry.start is not None else {})}
+
+
+def saved_entry(alloc: str, info: Any) -> Running:
+    """An entry of ``agent-state.json`` (``entry_record``'s). Raises TypeError, KeyError,
+    ValueError, AttributeError or OverflowError for one that is not (edited by hand, or damaged)."""
+    launch, start = str(info.get("launch") or ""), info.get("start")
+    if launch and not agent_launches.is_name(launch):
+        raise ValueError(f"not a launch: {launch!r}")
+    if start is not None and not (launch and isinstance(start, dict)):  # (a start is saved with its launch)
+        raise ValueError(f"not a start: {start!r}")
+    return Running(alloc, pid=int(info["pid"]), checkpoint_dir=Path(info["checkpoint_dir"]),
+                   cgroup=Path(info["cgroup"]) if info.get("cgroup") else None,
+                   devices=frozenset(map(str, info.get("devices") or ())), run=_run(info.get("run")),
+                   signalled=info.get("signalled") if info.get("signalled") in SIGNALLED else None,
+                   launch=launch, start=start)
+
+
+def _run(saved: Any) -> int:
+    """A saved process's run as its reports may name it; one the control plane would refuse (so
+    the agent's hello with it) is taken as not given."""
+    return saved if is_run(saved) else 0

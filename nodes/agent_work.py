@@ -1,7 +1,7 @@
 """The agent's work on its node: starting each allocation's process (as its user, in its cgroup,
-seeing its GPUs), watching it end, relaying its checkpoint, signalling it, and adopting what a
-previous run of the agent left running. A mixin of nodes/agent.py's Agent, which owns the
-connection and the reports.
+seeing its GPUs, saved before it is spawned), watching it end, relaying its checkpoint, and
+signalling it. A mixin of nodes/agent.py's Agent, which owns the connection and the reports;
+what a previous run of the agent left is taken back by nodes/agent_adopt.py.
 
 Imports nothing of Django: it runs on compute nodes.
 """
@@ -10,24 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
 from pathlib import Path
 from typing import Any
 
-from nodes import agent_commands, agent_files, cgroups, runas
+from nodes import agent_files, agent_launches, cgroups, runas
 from nodes.checkpoint_files import CheckpointFiles, done_location, size_of
-from nodes.processes import EXIT_FILE, Running, Waiting, alive, device_uuids, recorded_exit_code
+from nodes.processes import EXIT_FILE, Running, Waiting, device_uuids, recorded_exit_code
 from nodes.protocol import (
     NOT_STARTED,
-    SIGNALLED,
     CheckpointDone,
     Exited,
     Report,
     Started,
-    is_run,
     new_id,
 )
 
@@ -66,13 +63,13 @@ class Work:
     def _probe_limits(self) -> None:
         raise NotImplementedError
 
-    # -- surviving our own restart ------------------------------------------------------------
+    # -- surviving our own restart (taken back by nodes/agent_adopt.py) ----------------------------
     def _save(self) -> None:
-        """What runs (each process, its run, and whether it is being stopped) and the starts that
-        wait for stopping processes: a restarted agent takes both back (``adopt``)."""
-        data = {a: {"pid": r.pid, "checkpoint_dir": str(r.checkpoint_dir), "devices": sorted(r.devices),
-                    "run": r.run, **({"cgroup": str(r.cgroup)} if r.cgroup else {}),
-                    **({"signalled": r.signalled} if r.signalled else {})} for a, r in self.running.items()}
+        """What runs (each process, its run, whether it is being stopped; a start being spawned)
+        and the starts that wait for stopping processes: a restarted agent takes both back
+        (``adopt``). What runs is written first, so a start leaving the waits (saved as it is
+        spawned) is in one file or both at every moment, never in neither."""
+        data = {a: agent_files.entry_record(r) for a, r in self.running.items()}
         agent_files.write_private(self.state_file, data)
         agent_files.write_private(self.waiting_file, {a: w.frame for a, w in self.waiting.items()})
 
@@ -84,74 +81,16 @@ class Work:
     def reports_file(self) -> Path:
         return self.state_file.with_name("agent-reports.json")
 
-    async def adopt(self) -> None:
-        """Take back the processes a previous run of this agent started (report those that ended),
-        then the starts it had waiting for stopping processes to leave their GPUs."""
-        self.restore_reports()  # first: sent before anything this run of the agent reports
-        waiting = agent_files.saved_object(self.waiting_file)  # (read before the processes' save rewrites it)
-        for alloc, info in agent_files.saved_object(self.state_file).items():
-            try:
-                entry = Running(alloc, pid=int(info["pid"]), checkpoint_dir=Path(info["checkpoint_dir"]),
-                                cgroup=Path(info["cgroup"]) if info.get("cgroup") else None,
-                                devices=frozenset(map(str, info.get("devices") or ())),
-                                run=_run(info.get("run")),
-                                signalled=info.get("signalled") if info.get("signalled") in SIGNALLED else None)
-            except (TypeError, KeyError, ValueError, AttributeError, OverflowError):  # by hand, or damaged
-                log.warning("%s: cannot adopt allocation %r from %r: not a saved process", self.state_file,
-                            alloc, info)
-                continue
-            # (pid 0 or below is no process of its own: kill() would reach the agent's group, or all)
-            if self.simulate or entry.pid <= 0 or not alive(entry.pid):
-                code = recorded_exit_code(entry.checkpoint_dir)
-                kept = self.unacked.get(self.latest.get((alloc, entry.run), ""), {})
-                if kept.get("type") != "exited":  # (else its exit was kept before the agent died)
-                    await self.report(Exited(id=new_id(), allocation=alloc, exit_code=code,
-                                             reason=_exit_reason(entry, code), run=entry.run))
-                cgroups.remove(entry.cgroup)
-                continue
-            self.running[alloc] = entry
-            entry.task = asyncio.get_running_loop().create_task(self._watch_adopted(entry))
-            if entry.signalled == "terminated":
-                # Its kill after the grace went with the agent that was terminating it; the control
-                # plane may never send one (a checkpointed victim's), and what waits for its GPUs
-                # would wait for ever: killed once a grace has passed from now.
-                asyncio.get_running_loop().create_task(self._kill_after(alloc, agent_commands.DEFAULT_GRACE_S))
-        self._save()
-        await self._restore_waiting(waiting)
-
-    async def _restore_waiting(self, waiting: dict[str, Any]) -> None:
-        """The starts a previous run of this agent had waiting (``adopt``): each waits again for
-        what still holds its GPUs, or starts. One that fails is logged and the others go on, as a
-        frame the agent cannot act on is: the agent is starting, and its saved waits are not all
-        saved again yet."""
-        for alloc, frame in waiting.items():
-            try:  # checked again as it was when it came: the file may have been edited or damaged
-                frame = agent_commands.command(json.dumps(frame))
-            except agent_commands.Ignored as exc:
-                log.warning("%s: not starting allocation %r: %s", self.waiting_file, alloc, exc)
-                continue
-            if frame.get("type") != "start" or str(frame.get("allocation")) != alloc:
-                continue
-            try:
-                await self._start(frame)
-            except Exception:
-                log.exception("%s: could not start allocation %s", self.waiting_file, alloc)
-
-    async def _watch_adopted(self, entry: Running) -> None:
-        while alive(entry.pid):
-            await asyncio.sleep(0.5)
-        code = recorded_exit_code(entry.checkpoint_dir)
-        await self._gone(entry, code)
-
     async def _gone(self, entry: Running, code: int | None) -> None:
         """``entry``'s process is gone: its exit is kept (on disk) before the process leaves the
         state file, so an agent that dies in between reports it once restarted, never loses it."""
         frame = self.keep(Exited(id=new_id(), allocation=entry.allocation, exit_code=code,
-                                 reason=_exit_reason(entry, code), run=entry.run))
+                                 reason=exit_reason(entry, code), run=entry.run))
         if self.running.get(entry.allocation) is entry:
             self.running.pop(entry.allocation)
         self._save()
         cgroups.remove(entry.cgroup)
+        agent_launches.forget(self.workdir, entry.launch)
         await self.send_kept(frame)
 
     # -- running work ----------------------------------------------------------------------
@@ -185,33 +124,49 @@ class Work:
             return
         ckpt = self.workdir / frame.get("checkpoint_dir", f"checkpoints/{alloc}")
         cgroup = None
+        name, pid_file = ("", None) if self.simulate else agent_launches.new(self.workdir)
         try:  # who it runs as, where, seeing what (nodes/runas.py); refused before anything is made
             who = runas.resolve(frame.get("user", ""), frame.get("group", ""), bool(frame.get("allow_root")),
                                 runs=not self.simulate, unmapped_as_agent=self.unmapped_as_agent)
             cgroup = self._limit(alloc, frame.get("resources") or {})
-            launch = runas.prepare(frame, who, alloc, ckpt, self.workdir, ckpt / EXIT_FILE, cgroup=cgroup)
+            launch = runas.prepare(frame, who, alloc, ckpt, self.workdir, ckpt / EXIT_FILE, cgroup=cgroup,
+                                   pid_file=pid_file)
         except runas.Refused as exc:
             cgroups.remove(cgroup)
             log.warning("not starting %s: %s", alloc, exc)
             await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason=exc.reason, run=run))
             return
-        entry = Running(alloc, checkpoint_dir=ckpt, cgroup=cgroup, devices=devices, run=run)
+        entry = Running(alloc, checkpoint_dir=ckpt, cgroup=cgroup, devices=devices, run=run, launch=name)
         self.running[alloc] = entry
         if self.simulate:
             entry.task = asyncio.get_running_loop().create_task(self._simulated(entry))
             await self.report(Started(id=new_id(), allocation=alloc, pid=0, run=run))
             return
-        (ckpt / EXIT_FILE).unlink(missing_ok=True)
+        await self._spawn(entry, launch, frame)
+
+    async def _spawn(self, entry: Running, launch: runas.Launch, frame: dict[str, Any]) -> None:
+        """Run ``entry``'s launcher. The start is saved first, with no pid yet: an agent killed
+        before it saves the pid takes the process back once restarted, or makes the start again
+        (``_launched``); before, it knew nothing of the process, which ran on, holding its GPUs,
+        while the control plane sent the start again (a second copy on the same GPUs)."""
+        alloc, run = entry.allocation, entry.run
+        (entry.checkpoint_dir / EXIT_FILE).unlink(missing_ok=True)
+        entry.start = frame
         try:
+            self._save()  # (a start that cannot be saved is not spawned: the agent could lose its process)
             proc = await asyncio.create_subprocess_exec(*launch.argv, env=launch.env, cwd=launch.cwd,
                                                         start_new_session=True)
         except OSError as exc:
-            self.running.pop(alloc, None)
-            cgroups.remove(cgroup)
+            if self.running.get(alloc) is entry:
+                self.running.pop(alloc)
+            with contextlib.suppress(OSError):
+                self._save()
+            cgroups.remove(entry.cgroup)
             await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason="failed", run=run))
             log.warning("cannot start %s: %s", alloc, exc)
             return
         self._spawned(entry, proc)
+        entry.start = None
         self._save()
         await self.report(Started(id=new_id(), allocation=alloc, pid=proc.pid, run=run))
 
@@ -247,9 +202,13 @@ class Work:
         await asyncio.gather(*(asyncio.shield(task) for task in previous), return_exceptions=True)
         waiting = self.waiting.get(alloc)
         if waiting is not None and waiting.task is asyncio.current_task():
-            del self.waiting[alloc]  # no longer waiting: a stop now finds it running (or not at all)
-            self._save()
-        await self._start(frame)
+            # No longer waiting: a stop now finds it running (or not at all). Saved with its start
+            # (``_spawn``), in the same save: an agent killed between two saves lost the start.
+            del self.waiting[alloc]
+        try:
+            await self._start(frame)
+        finally:
+            self._save()  # (as it ended: refused, waiting again, or running)
 
     def _leaving(self, devices: frozenset[str]) -> list[asyncio.Task[Any]]:
         """The watches of processes being stopped that still hold any of ``devices``."""
@@ -357,7 +316,7 @@ class Work:
         return signalled
 
 
-def _exit_reason(entry: Running, code: int | None) -> str:
+def exit_reason(entry: Running, code: int | None) -> str:
     """``terminated`` or ``killed`` when the agent signalled it; ``oom`` when it failed and the kernel
     killed a process of its cgroup for memory; else ``completed`` (exit code 0) or ``failed``."""
     if entry.signalled:
@@ -365,9 +324,3 @@ def _exit_reason(entry: Running, code: int | None) -> str:
     if code == 0:
         return "completed"
     return "oom" if cgroups.oom_kills(entry.cgroup) else "failed"
-
-
-def _run(saved: Any) -> int:
-    """A saved process's run as its reports may name it; one the control plane would refuse (so
-    the agent's hello with it) is taken as not given."""
-    return saved if is_run(saved) else 0

@@ -43,6 +43,10 @@ class Running:
     cgroup: Path | None = None  # its own limited cgroup (nodes/cgroups.py), where the node has them
     devices: frozenset[str] = frozenset()  # the UUIDs of the GPUs bound to it (its start frame)
     run: int = 0  # which run of the allocation it is (its start frame's; 0: not given), named in reports
+    # Its launch (nodes/agent_launches.py): the name of the file its launcher claims with its pid,
+    # and, until the agent has recorded that pid, the start frame (a start given up is made again).
+    launch: str = ""
+    start: dict[str, Any] | None = None
 
 
 class Waiting(NamedTuple):
