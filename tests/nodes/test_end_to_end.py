@@ -133,7 +133,7 @@ def agent_factory(tmp_path, daphne):
     procs: list[subprocess.Popen] = []
 
     def start(token: str, env: dict[str, str] | None = None, workdir: Path | None = None,
-              args: tuple[str, ...] = ()) -> subprocess.Popen:
+              args: tuple[str, ...] = (), module: str = "nodes.agent") -> subprocess.Popen:
         # A file per agent: several may start at once (one per node), each reading its own.
         token_file = tmp_path / ("token" if not procs else f"token-{len(procs)}")
         token_file.write_text(token)
@@ -141,7 +141,8 @@ def agent_factory(tmp_path, daphne):
         # otherwise) that the agent imports as pynvml.
         fake = str(Path(__file__).resolve().parent / "fake_nvml")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([fake, str(ROOT)]), **(env or {})}
-        proc = subprocess.Popen([sys.executable, "-m", "nodes.agent", "--url", f"ws://127.0.0.1:{daphne}/ws/agent/",
+        # (``module``: the agent or a test's wrapper of it, taking the same arguments)
+        proc = subprocess.Popen([sys.executable, "-m", module, "--url", f"ws://127.0.0.1:{daphne}/ws/agent/",
                                  "--token-file", str(token_file), "--workdir", str(workdir or tmp_path / "agent"),
                                  *UNMAPPED_LEAVE, *args],
                                 cwd=ROOT, env=env)
