@@ -156,7 +156,7 @@ class Work:
             self._save()  # (a start that cannot be saved is not spawned: the agent could lose its process)
             proc = await asyncio.create_subprocess_exec(*launch.argv, env=launch.env, cwd=launch.cwd,
                                                         start_new_session=True)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: an env name exec cannot take ("A=B")
             if self.running.get(alloc) is entry:
                 self.running.pop(alloc)
             with contextlib.suppress(OSError):

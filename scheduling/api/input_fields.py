@@ -128,6 +128,23 @@ def fresh_fields(cls: type[serializers.Serializer]) -> dict[str, serializers.Fie
     return {name: copier(field) for name, field, copier in _unbound_fields(cls)}
 
 
+def env_names(value: dict[str, str]) -> None:
+    """Every name of an ``env`` one a process can be given: not empty, no ``=`` (exec's separator
+    of name and value: the agent could not start the work, which then stayed running for ever)."""
+    bad = sorted(name for name in value if not name or "=" in name)
+    if bad:
+        raise serializers.ValidationError(
+            f"not a variable name (empty, or with '='): {', '.join(repr(name) for name in bad)}")
+
+
+class EnvMap(serializers.DictField):
+    """A submission's ``env``: names a process can be given (``env_names``), values up to 4 KiB."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=serializers.CharField(max_length=4096, allow_blank=True), default=dict,
+                         validators=[env_names], **kwargs)
+
+
 # Control and format characters, and the line and paragraph separators: what may break a line or
 # act on a terminal. Spaces other than ASCII's (a no-break space, CJK's ideographic space) are text.
 NOT_ON_ONE_LINE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})

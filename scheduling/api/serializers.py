@@ -21,7 +21,7 @@ from scheduling.api.admission_checks import (
     session_type_escapes,
     start_frame_errors,
 )
-from scheduling.api.input_fields import GroupByName, PrintableText, fresh_fields
+from scheduling.api.input_fields import EnvMap, GroupByName, PrintableText, fresh_fields
 from scheduling.ascii_numbers import FloatInput, IntegerInput
 from scheduling.engine import MAX_DURATION_MINUTES
 from scheduling.errors import DomainError
@@ -150,7 +150,7 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
         help_text="Its own preemption rank (rank kind), within its session type's rank_min..rank_max; "
                   "omitted: the type's rank.")
     command = serializers.ListField(child=serializers.CharField(max_length=4096), max_length=256, default=list)
-    env = serializers.DictField(child=serializers.CharField(max_length=4096, allow_blank=True), default=dict)
+    env = EnvMap()
     requeue_policy = serializers.ChoiceField(choices=RequeuePolicy.choices, default=RequeuePolicy.ON_NODE_FAILURE)
     max_requeue = IntegerInput(min_value=0, max_value=10, default=3)
     held = serializers.BooleanField(default=False, help_text="Submit it held: it waits until released.")

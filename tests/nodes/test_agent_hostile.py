@@ -193,3 +193,15 @@ def test_directories_it_cannot_prepare_end_that_allocation_failed(tmp_path, monk
     sent = _reports(agent)
     asyncio.run(agent.handle(_start("12", user="nobody")))
     assert [(r.allocation, r.reason) for r in sent] == [("12", "failed")] and agent.running == {}
+
+
+@pytest.mark.parametrize("env", [{"A=B": "1"}, {"=": "1"}])
+def test_an_env_name_exec_cannot_take_ends_that_allocation_failed(tmp_path, env):
+    """Python refuses such a name (a ValueError, not an OSError) as it spawns: the start was left
+    in ``running`` with pid 0, reported by no frame and listed by every hello, so the control
+    plane kept the work running, its GPUs held, for ever."""
+    agent = Agent("ws://unused/", "t", tmp_path, simulate=False)
+    sent = _reports(agent)
+    asyncio.run(agent.handle(_start("13", env=env)))
+    assert [(r.allocation, r.reason) for r in sent] == [("13", "failed")] and agent.running == {}
+    assert agent._hello()["running"] == []

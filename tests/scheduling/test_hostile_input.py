@@ -404,3 +404,14 @@ def test_a_body_whose_keys_are_each_given_once_is_read_as_before(alice):
     response = alice.post("/api/v1/allocations/", {**JOB, "env": {"A": "1"}}, content_type="application/json")
     assert response.status_code == 201, response.content
     assert Allocation.objects.get().env == {"A": "1"}
+
+
+@pytest.mark.parametrize("env", [{"A=B": "1"}, {"": "1"}, {"=": "1", "B": "2"}])
+def test_an_env_name_no_process_can_be_given_is_a_field_error(alice, env):
+    """A name with '=' (or none at all) cannot be put in a process's environment: the agent could
+    never start the work."""
+    for path in ("/api/v1/allocations/", "/api/v1/allocations/what-if/"):
+        response = alice.post(path, {**JOB, "env": env}, content_type="application/json")
+        assert response.status_code == 400, response.content
+        assert "not a variable name" in response.json()["env"][0]
+    assert not Allocation.objects.exists()
