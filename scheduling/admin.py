@@ -216,7 +216,15 @@ class AllocationEventAdmin(admin.ModelAdmin):
     list_filter = ["to_state"]
     search_fields = ["allocation__id", "reason"]
 
+    # A job's history, written by the actions only: no one adds, edits or deletes a line of it
+    # (its tenant reads it on the job page and in the API as what happened).
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -227,10 +235,14 @@ class PreemptionDecisionAdmin(admin.ModelAdmin):
     search_fields = ["preemptor__id", "explanation"]
     date_hierarchy = "created_at"
 
+    # The record of why work was preempted (tenants read it as the explanation): kept as written.
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 

@@ -106,3 +106,31 @@ def test_admin_policy_numbers_are_ascii_digits(admin_client_op, resource_group, 
     resource_group.refresh_from_db()
     assert resource_group.policy == {"kind": "class_cost"}
     assert not PolicyChange.objects.exists()
+
+
+def test_a_job_s_history_and_preemption_records_cannot_be_added_or_deleted_in_the_admin(
+        admin_client_op, make_allocation, resource_group):
+    """They are what happened, written by the actions: an operator (with every model permission of
+    the app) could add a line to a tenant's job history, delete one, or delete the record that
+    explains a preemption, without an audit entry."""
+    from django.utils import timezone
+
+    from scheduling.models import AllocationEvent, PreemptionDecision
+
+    client, _ = admin_client_op
+    alloc = make_allocation(state="running")
+    event = AllocationEvent.objects.create(allocation=alloc, from_state="pending", to_state="running")
+    record = PreemptionDecision.objects.create(
+        resource_group=resource_group, preemptor=alloc, decided_for=timezone.now(), result="preempt",
+        code="PREEMPT", explanation="x", outcome="executed", victims=[])
+    assert client.get("/admin/scheduling/allocationevent/add/").status_code == 403
+    client.post("/admin/scheduling/allocationevent/add/", {
+        "allocation": alloc.pk, "from_state": "running", "to_state": "failed", "reason": "forged"})
+    for url in (f"/admin/scheduling/allocationevent/{event.pk}/delete/",
+                f"/admin/scheduling/preemptiondecision/{record.pk}/delete/"):
+        assert client.get(url).status_code == 403
+        client.post(url, {"post": "yes"})
+    listing = "/admin/scheduling/allocationevent/"
+    client.post(listing, {"action": "delete_selected", "_selected_action": [event.pk], "post": "yes"})
+    assert list(AllocationEvent.objects.filter(allocation=alloc)) == [event]
+    assert PreemptionDecision.objects.filter(pk=record.pk).exists()
