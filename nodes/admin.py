@@ -3,15 +3,40 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import Q, Sum
 from django.http import HttpRequest
 
 from nodes.health import THRESHOLDS, node_health_judge
 from nodes.models import AgentToken, Node
-from scheduling.admin import StaysInItsGroup
+from scheduling.admin import AuditedModelForm, StaysInItsGroup
+from scheduling.models import Placement
+from scheduling.models.allocations import RESOURCES
+from scheduling.states import HOLDING
+
+
+class NodeForm(AuditedModelForm):
+    """A node's registered capacity is not lowered below what its live placements hold (work
+    running or leaving there, nodes held for a preemptor): the node would be over capacity, as
+    ``check_invariants`` says. Drain it, and lower it once the work has left."""
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.instance.pk is None:
+            return cleaned
+        live = Placement.objects.filter(Q(kind="held") | Q(kind="assigned", allocation__state__in=HOLDING),
+                                        node_id=self.instance.pk)
+        held = live.aggregate(**{r: Sum(r) for r in RESOURCES})
+        for resource in RESOURCES:
+            value, used = cleaned.get(resource), held[resource] or 0
+            if value is not None and value < used:
+                self.add_error(resource, f"{used} are held on this node now (running, leaving or held "
+                                         "work): drain it, and lower it once that work has left")
+        return cleaned
 
 
 @admin.register(Node)
 class NodeAdmin(StaysInItsGroup):
+    form = NodeForm
     list_display = ["name", "resource_group", "vcluster", "borrowed_by", "state", "gpu", "cpu",
                     "memory", "last_heartbeat_at", "health_reason"]
     # What the agent reports is not edited here; the GPU health thresholds are (audited). Nor is what

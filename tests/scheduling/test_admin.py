@@ -134,3 +134,28 @@ def test_a_job_s_history_and_preemption_records_cannot_be_added_or_deleted_in_th
     client.post(listing, {"action": "delete_selected", "_selected_action": [event.pk], "post": "yes"})
     assert list(AllocationEvent.objects.filter(allocation=alloc)) == [event]
     assert PreemptionDecision.objects.filter(pk=record.pk).exists()
+
+
+def test_a_node_s_capacity_is_not_lowered_below_what_its_live_work_holds(admin_client_op, make_allocation,
+                                                                         two_nodes):
+    """Below it, the node was over capacity (``check_invariants`` said so) with the work still on it."""
+    from nodes.models import Node
+    from scheduling.models import Placement
+
+    client, _ = admin_client_op
+    node = two_nodes[0]
+    running = make_allocation(state="running", per_node_gpu=6)
+    Placement.objects.create(allocation=running, node=node, gpu=6, cpu=8)
+    form = {"name": node.name, "vcluster": node.vcluster_id, "gpu": 4, "cpu": 64, "memory": 512,
+            "labels": '{"switch": "s1"}', "gpu_max_temperature_c": 90, "gpu_max_ecc_uncorrectable": 0,
+            "gpu_xids": "", "change_reason": "two GPUs out"}
+    url = f"/admin/nodes/node/{node.pk}/change/"
+    refused = client.post(url, form)
+    assert refused.status_code == 200
+    assert "6 are held on this node now" in str(refused.context["adminform"].form.errors["gpu"])
+    assert Node.objects.get(pk=node.pk).gpu == 8 and not PolicyChange.objects.exists()
+    assert client.post(url, {**form, "gpu": 6}).status_code == 302  # what it holds is still fine
+    running.state = "completed"
+    running.save(update_fields=["state"])
+    assert client.post(url, form).status_code == 302  # its work has left
+    assert Node.objects.get(pk=node.pk).gpu == 4
