@@ -4,10 +4,12 @@ empty when the submission passes; the serializer (``AllocationInput``) calls the
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import orjson
 
+from nodes.models import Node
 from nodes.protocol import MAX_START_FRAME_BYTES, Start, encode
 from scheduling.admission_sql import node_summary
 from scheduling.engine.cluster import floor_limit
@@ -69,6 +71,44 @@ def never_fits_errors(group: ResourceGroup, vc: VCluster | None, per_node: dict[
     if nodes > count:
         return {"nodes": f"{nodes} nodes asked, but only {count} node(s) in {where} could ever hold this per_node"}
     return {}
+
+
+def constraint_errors(group: ResourceGroup, vc: VCluster | None, per_node: dict[str, int], nodes: int,
+                      constraints: dict[str, Any], *, own_only: bool,
+                      summary: list[dict[str, Any]] | None = None) -> dict[str, str]:
+    """Label constraints no node could ever meet would wait forever too (``never_fits_errors``):
+    refused, naming them. Counted as the engine matches (scheduling/engine/binding.py): nodes
+    carrying every label of ``labels`` and, with ``same``, that label, in the largest set sharing
+    its value; of the group's nodes the vCluster may ever use (a lender's up to its lending cap),
+    whatever their state, that could hold ``per_node``. Nodes are read only for work with
+    constraints, and only those carrying the labels' names."""
+    labels, same = dict(constraints.get("labels") or {}), constraints.get("same") or ""
+    if not labels and not same:
+        return {}
+    need = needs(per_node)
+    caps: dict[int, int] = {}  # lender vCluster id -> how many nodes it may lend at most
+    if vc is not None and vc.allow_borrowing and not own_only:
+        rows = node_summary(group.pk, need) if summary is None else summary
+        caps = {r["vcluster_id"]: floor_limit(r["nodes"], r["max_borrow_pct"]) for r in rows
+                if r["vcluster_id"] not in (None, vc.pk) and r["allow_lending"]}
+    found = Counter[tuple[str, int | None]]()  # (the value of ``same``, the lender or None) -> nodes
+    for vc_id, carried, *amounts in (Node.objects.filter(resource_group_id=group.pk,
+                                                          labels__has_keys=[*labels, *([same] if same else [])])
+                                     .values_list("vcluster_id", "labels", *RESOURCES)):
+        lender = None if vc is None or vc_id in (None, vc.pk) else vc_id
+        if (lender is None or lender in caps) and all(carried.get(k) == v for k, v in labels.items()) and all(
+                have >= need[r] for r, have in zip(RESOURCES, amounts, strict=True)):
+            found[(carried.get(same, "") if same else "", lender)] += 1
+    sizes = Counter[str]()
+    for (value, lender), count in found.items():
+        sizes[value] += count if lender is None else min(count, caps[lender])
+    most = max(sizes.values(), default=0)
+    if most >= nodes:
+        return {}
+    asked = [f"label {k}={v}" for k, v in sorted(labels.items())] + ([f"the same {same}"] if same else [])
+    where = f"resource group {group.name}" + (f" (vCluster {vc.name})" if vc is not None else "")
+    return {"constraints": f"{nodes} node(s) with {'; '.join(asked)} asked, but only {most} in {where} "
+                           "could ever hold this per_node with them"}
 
 
 # Job fields that make work never (or rarely) a victim, and the quota field that allows each.

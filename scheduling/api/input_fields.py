@@ -6,14 +6,14 @@ builds each field anew (its arguments copied, ``__init__`` run, its validators m
 plain field flat instead, from an unbound copy made once per process, and a list or dict of
 plain fields with a flat copy of its child; serializers and lists of them are deep-copied as DRF
 does. ``GroupByName`` finds a resource group by a statement written once instead of a query
-compiled for every request.
+compiled for every request. Also what every input serializer mixes in: ``RefuseUnknown``.
 """
 
 from __future__ import annotations
 
 import copy
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.utils.encoding import smart_str
@@ -160,3 +160,23 @@ class PrintableText(serializers.CharField):
             raise serializers.ValidationError("must be printable text on one line: no control or format characters "
                                               "(line breaks, tabs, escapes)")
         return value
+
+
+class RefuseUnknown:
+    """Mix into a serializer (before the DRF base) that takes input: a field it does not have is a
+    400 naming that field, not silently dropped (``{"preemtion_class": 9}`` was accepted as class 0),
+    and so is a field it only shows (``{"tenant": "other"}`` on a quota was answered 200, unchanged).
+    ``also_known`` names fields read elsewhere from the same body (an audited edit's ``reason``)."""
+
+    also_known: tuple[str, ...] = ()
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            fields = self.fields  # type: ignore[attr-defined]
+            known = set(fields) | set(self.also_known)
+            errors = {str(name): ["unknown field"] for name in data if name not in known}
+            errors.update({str(name): ["read-only: not changed here"] for name in data
+                           if name in fields and fields[name].read_only})
+            if errors:
+                raise serializers.ValidationError(dict(sorted(errors.items())))
+        return super().to_internal_value(data)  # type: ignore[misc]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +12,7 @@ from scheduling.actions.admission import membership_for, priority_for
 from scheduling.admission_sql import vcluster_and_nodes
 from scheduling.api.admission_checks import (
     MAX_ARRAY_INDEX,
+    constraint_errors,
     dependency_errors,
     escape_errors,
     needs,
@@ -21,7 +21,13 @@ from scheduling.api.admission_checks import (
     session_type_escapes,
     start_frame_errors,
 )
-from scheduling.api.input_fields import EnvMap, GroupByName, PrintableText, fresh_fields
+from scheduling.api.input_fields import (
+    EnvMap,
+    GroupByName,
+    PrintableText,
+    RefuseUnknown,
+    fresh_fields,
+)
 from scheduling.ascii_numbers import FloatInput, IntegerInput
 from scheduling.engine import MAX_DURATION_MINUTES
 from scheduling.errors import DomainError
@@ -43,26 +49,6 @@ from scheduling.models.allocations import (
     RequeuePolicy,
 )
 from scheduling.selectors import array_counts
-
-
-class RefuseUnknown:
-    """Mix into a serializer (before the DRF base) that takes input: a field it does not have is a
-    400 naming that field, not silently dropped (``{"preemtion_class": 9}`` was accepted as class 0),
-    and so is a field it only shows (``{"tenant": "other"}`` on a quota was answered 200, unchanged).
-    ``also_known`` names fields read elsewhere from the same body (an audited edit's ``reason``)."""
-
-    also_known: tuple[str, ...] = ()
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, Mapping):
-            fields = self.fields  # type: ignore[attr-defined]
-            known = set(fields) | set(self.also_known)
-            errors = {str(name): ["unknown field"] for name in data if name not in known}
-            errors.update({str(name): ["read-only: not changed here"] for name in data
-                           if name in fields and fields[name].read_only})
-            if errors:
-                raise serializers.ValidationError(dict(sorted(errors.items())))
-        return super().to_internal_value(data)  # type: ignore[misc]
 
 
 class ReasonInput(RefuseUnknown, serializers.Serializer):
@@ -210,6 +196,8 @@ class AllocationInput(RefuseUnknown, serializers.Serializer):
         return {**start_frame_errors(attrs["command"], env),
                 **never_fits_errors(attrs["resource_group"], vc, attrs["per_node"], attrs["nodes"],
                                     own_only=own_only, summary=summary),
+                **constraint_errors(attrs["resource_group"], vc, attrs["per_node"], attrs["nodes"],
+                                    attrs.get("constraints") or {}, own_only=own_only, summary=summary),
                 **escape_errors(attrs, getattr(tenant, "quota", None), st)}
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -107,6 +107,39 @@ def test_a_drained_node_still_counts_as_one_that_could_hold_it(api_for, tenant_p
     assert _submit(api_for("alice"), nodes=2).status_code == 201
 
 
+def test_labels_no_node_carries_are_refused_naming_them(api_for, tenant_physics, two_nodes):
+    client = api_for("alice")
+    message = _refused(_submit(client, constraints={"labels": {"switch": "s9"}}), "constraints")
+    assert "switch=s9" in message and "rg-main" in message
+    _refused(_submit(client, constraints={"labels": {"gpu_model": "h100"}}), "constraints")
+    _refused(_submit(client, constraints={"same": "rack"}), "constraints")
+    assert _submit(client, constraints={"labels": {"switch": "s1"}}, nodes=2).status_code == 201
+
+
+def test_labels_too_few_nodes_carry_together_are_refused(api_for, tenant_physics, two_nodes):
+    Node.objects.filter(name="gpu-b").update(labels={"switch": "s2"})
+    client = api_for("alice")
+    message = _refused(_submit(client, constraints={"labels": {"switch": "s1"}}, nodes=2), "constraints")
+    assert "2 node(s)" in message and "only 1" in message
+    _refused(_submit(client, constraints={"same": "switch"}, nodes=2), "constraints")  # s1 and s2: one each
+    assert _submit(client, constraints={"same": "switch"}, nodes=1).status_code == 201
+
+
+def test_a_labelled_node_too_small_or_out_of_reach_does_not_count(api_for, tenant_physics, two_nodes,
+                                                                   resource_group):
+    client = api_for("alice")
+    _refused(_submit(client, constraints={"labels": {"switch": "s1"}}, per_node={"gpu": 8, "memory": 1024}),
+             "per_node")  # (no node has the memory at all)
+    Node.objects.create(name="gpu-big", resource_group=resource_group, gpu=8, memory=1024, state="ready",
+                        vcluster=VCluster.objects.create(resource_group=resource_group, name="big"),
+                        labels={"switch": "s1", "tier": "big"})
+    _refused(_submit(client, constraints={"labels": {"tier": "big"}}), "constraints")  # big does not lend
+    VCluster.objects.filter(name="big").update(allow_lending=True, max_borrow_pct=1.0)
+    assert _submit(client, constraints={"labels": {"tier": "big"}}).status_code == 201
+    Allocation.objects.all().delete()
+    _refused(_submit(client, constraints={"labels": {"tier": "big"}}, preemptible=False), "constraints")
+
+
 # -- opting out of preemption needs an operator's leave ----------------------------------------
 
 @pytest.mark.parametrize(("field", "value", "allowance"), [
