@@ -18,6 +18,7 @@ run nothing and written no EXIT_FILE).
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -63,6 +64,17 @@ def _claim(pid_file: Path) -> bool:
     return True
 
 
+def _record(exit_file: Path, code: int) -> None:
+    """Write ``code`` to ``exit_file``, in a directory the job's user owns: never through what the
+    job left there (a link to a file of root's, which the launcher would write over as root). A new
+    file of a name no one knew, then renamed over the name: a rename replaces a link, never follows it."""
+    tmp = exit_file.with_name(f"{exit_file.name}.{secrets.token_hex(8)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as out:
+        out.write(str(code))
+    os.replace(tmp, exit_file)
+
+
 def main() -> int:
     cut = sys.argv.index("--") if "--" in sys.argv else -1
     who = _options(sys.argv[2:cut]) if cut >= 2 else None
@@ -80,7 +92,7 @@ def main() -> int:
         try:
             Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))
         except OSError as exc:  # not run unlimited when it was to be limited
-            exit_file.write_text("125")
+            _record(exit_file, 125)
             sys.stderr.write(f"cannot enter the cgroup {cgroup}: {exc}\n")
             return 125
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
@@ -88,11 +100,11 @@ def main() -> int:
     try:
         child = subprocess.Popen(sys.argv[cut + 1:], preexec_fn=_defaults, **who)  # noqa: PLW1509 (signal reset only)
     except OSError as exc:
-        exit_file.write_text("127")
+        _record(exit_file, 127)
         sys.stderr.write(f"cannot run {sys.argv[cut + 1]}: {exc}\n")
         return 127
     code = child.wait()
-    exit_file.write_text(str(code))
+    _record(exit_file, code)
     return code if code >= 0 else 128 - code
 
 

@@ -164,3 +164,20 @@ def test_a_mapping_to_the_agents_own_user_is_unmapped_work_under_another_name(mo
     assert runas.resolve("daemon", unmapped_as_agent=True).uid == own.pw_uid
     assert runas.resolve("daemon", runs=False).uid == own.pw_uid
     assert runas.resolve("bin").uid == pwd.getpwnam("bin").pw_uid
+
+
+def test_a_job_cannot_have_the_launcher_write_its_exit_code_through_a_link(two_users):
+    """The launcher runs as root and writes the exit code into the checkpoint directory, which is
+    the job's: a job that left a link there (``.exit-code`` to a file of root's) had root write
+    over that file as it ended."""
+    workdir = Path(tempfile.mkdtemp(prefix="lattice-runas-"))
+    workdir.chmod(0o711)
+    roots = Path(tempfile.mkdtemp(prefix="lattice-roots-"))  # (mode 0700, root's)
+    target = roots / "precious"
+    target.write_text("root's own\n")
+    link = ["/bin/sh", "-c", f'ln -s {target} "$LATTICE_CHECKPOINT_DIR/.exit-code"']
+    frames = asyncio.run(_run(workdir, [_start("1", two_users[0], link)], 1))
+    assert [(f["type"], f.get("reason"), f.get("exit_code")) for f in frames] == [
+        ("started", None, None), ("exited", "completed", 0)]
+    assert target.read_text() == "root's own\n"
+    assert not (workdir / "checkpoints" / "1" / ".exit-code").is_symlink()
