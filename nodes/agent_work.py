@@ -124,8 +124,8 @@ class Work:
             return
         ckpt = self.workdir / frame.get("checkpoint_dir", f"checkpoints/{alloc}")
         cgroup = None
-        name, pid_file = ("", None) if self.simulate else agent_launches.new(self.workdir)
         try:  # who it runs as, where, seeing what (nodes/runas.py); refused before anything is made
+            name, pid_file = ("", None) if self.simulate else self._new_launch()
             who = runas.resolve(frame.get("user", ""), frame.get("group", ""), bool(frame.get("allow_root")),
                                 runs=not self.simulate, unmapped_as_agent=self.unmapped_as_agent)
             cgroup = self._limit(alloc, frame.get("resources") or {})
@@ -178,6 +178,13 @@ class Work:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL if entry.signalled == "killed" else signal.SIGTERM)
         entry.task = asyncio.get_running_loop().create_task(self._watch(entry, proc))
+
+    def _new_launch(self) -> tuple[str, Path]:
+        """A launch for a start (nodes/agent_launches.py); one that cannot be made is the start failed."""
+        try:
+            return agent_launches.new(self.workdir)
+        except OSError as exc:
+            raise runas.Refused("failed", f"cannot make its launch: {exc.strerror or exc}") from None
 
     def _limit(self, alloc: str, resources: dict[str, Any]) -> Path | None:
         """The allocation's own cgroup, limited to its request (None: no limits on this node)."""

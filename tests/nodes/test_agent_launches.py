@@ -241,3 +241,22 @@ def test_a_start_that_cannot_be_saved_is_not_spawned(tmp_path, monkeypatch):
 
     assert asyncio.run(scenario()) == [("exited", "failed")]
     assert not runs.exists()
+
+
+def test_a_start_whose_launch_cannot_be_made_is_reported_failed(tmp_path):
+    """Where agent-launches/ cannot be made (here a file holds its name; a full disk, a read-only
+    work directory), the start raised out of the agent: never reported, and a start that had
+    waited for GPUs was lost from both state files."""
+    (tmp_path / agent_launches.LAUNCHES).write_text("")
+    runs = tmp_path / "runs"
+
+    async def scenario() -> list[tuple]:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.handle(_start("7", _counting(runs, tmp_path / "go")))
+        await asyncio.sleep(0.3)
+        assert agent.running == {}
+        return [(f["type"], f.get("reason"), f["run"]) for f in agent.ws.frames]
+
+    assert asyncio.run(scenario()) == [("exited", "failed", 1)]
+    assert not runs.exists()
