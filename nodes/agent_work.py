@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nodes import agent_files, agent_launches, cgroups, runas
-from nodes.checkpoint_files import CheckpointFiles, done_location, size_of
+from nodes.checkpoint_files import CheckpointFiles, done_location, read_plain, size_of
 from nodes.processes import EXIT_FILE, Running, Waiting, device_uuids, recorded_exit_code
 from nodes.protocol import (
     NOT_STARTED,
@@ -282,7 +282,15 @@ class Work:
                                              size_bytes=size or 0, run=entry.run))
         elif failed.exists():
             await self.report(CheckpointDone(id=new_id(), allocation=alloc, ok=False, run=entry.run,
-                                             location=str(entry.checkpoint_dir), error=failed.read_text()[:500]))
+                                             location=str(entry.checkpoint_dir), error=self._failure(failed)))
+
+    @staticmethod
+    def _failure(failed: Path) -> str:
+        """What the application wrote to FAILED (its start), read as the job's files are."""
+        try:
+            return read_plain(failed)[:500]
+        except OSError as exc:
+            return f"FAILED not read: {exc.strerror or exc}"
 
     async def _relay(self, entry: Running, files: CheckpointFiles) -> None:
         """The application's PROGRESS and DEFER files, each change reported once."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -110,9 +111,18 @@ def write_atomic(directory: Path, name: str, text: str) -> Path:
     return directory / name
 
 
-def _read(path: Path) -> str:
-    with path.open("r", encoding="utf-8", errors="replace") as f:
-        return f.read(MAX_READ)
+def read_plain(path: Path) -> str:
+    """Up to MAX_READ characters of ``path``, a plain file and not a link (else OSError): the
+    directory is the job's user's, and the agent may run as root. A link to a file of root's was
+    read and its start reported to the control plane; a FIFO blocked the agent for good."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path.name} is not a plain file")
+        return f.read(MAX_READ).decode("utf-8", errors="replace")
+
+
+_read = read_plain
 
 
 class CheckpointFiles:

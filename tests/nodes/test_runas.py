@@ -7,10 +7,13 @@ there."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pwd
 import subprocess
 import tempfile
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -181,3 +184,41 @@ def test_a_job_cannot_have_the_launcher_write_its_exit_code_through_a_link(two_u
         ("started", None, None), ("exited", "completed", 0)]
     assert target.read_text() == "root's own\n"
     assert not (workdir / "checkpoints" / "1" / ".exit-code").is_symlink()
+
+
+@pytest.mark.parametrize("left", ["link", "fifo"])
+def test_a_checkpoint_reads_no_file_of_roots_through_a_link_and_never_blocks_on_a_fifo(two_users, left):
+    """The agent runs as root and reads FAILED and DONE in the job's checkpoint directory: a link
+    there to a file of root's was read and reported (FAILED's first 500 characters went to the
+    control plane, shown to the tenant), and a FIFO blocked the agent for good."""
+    workdir = Path(tempfile.mkdtemp(prefix="lattice-runas-"))
+    workdir.chmod(0o711)
+    target = Path(tempfile.mkdtemp(prefix="lattice-roots-")) / "secret"
+    target.write_text("root's secret\n")
+    leave = f'ln -s {target} "$d/FAILED"' if left == "link" else 'mkfifo "$d/DONE"'
+    job = ["/bin/sh", "-c", f'd="$LATTICE_CHECKPOINT_DIR"; trap \'{leave}\' USR1; '
+                             'while true; do sleep 0.1; done']
+
+    def unblock() -> None:  # a blocked reader of the FIFO is let go after 5 s (the test fails, not hangs)
+        fifo = workdir / "checkpoints" / "1" / "DONE"
+        for _ in range(100):
+            time.sleep(0.1)
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    async def scenario() -> list[dict]:
+        agent = Agent("ws://unused/", "token", workdir, simulate=False)
+        agent.ws = Recorder()
+        await agent.handle(_start("1", two_users[0], job))
+        await asyncio.sleep(0.5)
+        began = time.monotonic()
+        try:
+            await asyncio.wait_for(agent._checkpoint("1"), 10)
+        finally:
+            os.killpg(agent.running["1"].pid, 9)
+        assert time.monotonic() - began < 3
+        return agent.ws.frames
+
+    threading.Timer(5, unblock).start()
+    done = [f for f in asyncio.run(scenario()) if f["type"] == "checkpoint_done"]
+    assert len(done) == 1 and "secret" not in str(done[0])
