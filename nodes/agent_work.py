@@ -277,7 +277,7 @@ class Work:
         await self._relay(entry, files)  # what was written just before DONE goes first
         if done.exists():
             location = done_location(entry.checkpoint_dir)
-            size = size_of(location)
+            size = await asyncio.to_thread(size_of, location)  # (a tree: not on the event loop)
             await self.report(CheckpointDone(id=new_id(), allocation=alloc, ok=True, location=location,
                                              size_bytes=size or 0, run=entry.run))
         elif failed.exists():

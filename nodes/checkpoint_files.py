@@ -18,6 +18,7 @@ agent and the applications import it on compute nodes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -123,6 +124,7 @@ def read_plain(path: Path) -> str:
 
 
 _read = read_plain
+MAX_SIZE_ENTRIES = 100_000  # a checkpoint's tree sized at most this many entries (size_of)
 
 
 class CheckpointFiles:
@@ -196,13 +198,27 @@ def done_location(directory: Path) -> str:
 
 
 def size_of(location: str) -> int | None:
-    """The bytes at ``location`` when it is a file or directory on this node, else None."""
+    """The bytes at ``location`` when it is a file or directory on this node, else None. The job
+    names it (DONE), and the agent may run as root: links are not followed, and a tree of more than
+    MAX_SIZE_ENTRIES entries is not sized (None) rather than walked whole ("/" was, by the agent's
+    event loop, every node's reports waiting meanwhile). Run in a thread."""
     path = Path(location)
     try:
-        if path.is_file():
-            return path.stat().st_size
-        if path.is_dir():
-            return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        top = path.lstat()
+        if stat.S_ISREG(top.st_mode):
+            return top.st_size
+        if not stat.S_ISDIR(top.st_mode):
+            return None
+        total, seen = 0, 0
+        for root, dirs, files in os.walk(path, followlinks=False):
+            seen += len(dirs) + len(files)
+            if seen > MAX_SIZE_ENTRIES:
+                return None
+            for name in files:
+                with contextlib.suppress(OSError):
+                    info = os.lstat(os.path.join(root, name))
+                    total += info.st_size if stat.S_ISREG(info.st_mode) else 0
+        return total
     except OSError:
         return None
     return None

@@ -1,5 +1,6 @@
 """What the agent knows of the processes it runs: whether one is alive, the exit code its
-launcher left (nodes/agent_run.py), and the agent's record of each run. Standard library only."""
+launcher left (nodes/agent_run.py), and the agent's record of each run. Standard library and
+nodes/checkpoint_files.py only."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from nodes.checkpoint_files import read_plain
 
 EXIT_FILE = ".exit-code"
 
@@ -26,8 +29,10 @@ def alive(pid: int) -> bool:
 
 
 def recorded_exit_code(ckpt: Path) -> int | None:
+    """The code the launcher recorded, or None. Read only as a plain file: the directory is the
+    job's user's, and a FIFO the job left there under that name blocked the agent for good."""
     try:
-        return int((ckpt / EXIT_FILE).read_text().strip())
+        return int(read_plain(ckpt / EXIT_FILE).strip())
     except (OSError, ValueError):
         return None
 

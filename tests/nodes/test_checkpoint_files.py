@@ -8,8 +8,9 @@ import logging
 import os
 import sys
 
+from nodes import checkpoint_files
 from nodes.agent import Agent
-from nodes.checkpoint_files import CheckpointFiles, write_atomic
+from nodes.checkpoint_files import CheckpointFiles, size_of, write_atomic
 from nodes.protocol import encode
 from tests.nodes.conftest import ROOT_LEAVE
 from tests.nodes.test_agent import Recorder
@@ -123,3 +124,27 @@ def test_the_agent_relays_a_real_applications_files_in_order_each_once(tmp_path)
         {"type": "checkpoint_done", "allocation": "9", "ok": True, "location": "/ckpt/9"},  # no size: not here
     ]
     assert len({f["id"] for f in frames}) == len(frames)
+
+
+# -- the size of what DONE names: the job names it, the agent may run as root ------------------
+
+def test_a_checkpoint_is_sized_without_following_links(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "shards").mkdir(parents=True)
+    (ckpt / "a.bin").write_bytes(b"x" * 100)
+    (ckpt / "shards" / "b.bin").write_bytes(b"y" * 20)
+    (tmp_path / "big-elsewhere").write_bytes(b"z" * 5000)
+    (ckpt / "link").symlink_to(tmp_path / "big-elsewhere")
+    (ckpt / "dirlink").symlink_to(tmp_path)
+    assert size_of(str(ckpt)) == 120
+    assert size_of(str(ckpt / "a.bin")) == 100
+    assert size_of(str(ckpt / "link")) is None  # named through a link: not followed
+    assert size_of(str(tmp_path / "missing")) is None
+
+
+def test_a_tree_too_big_to_walk_is_not_sized(tmp_path, monkeypatch):
+    for i in range(8):
+        (tmp_path / f"f{i}").write_text("1")
+    assert checkpoint_files.size_of(str(tmp_path)) == 8
+    monkeypatch.setattr(checkpoint_files, "MAX_SIZE_ENTRIES", 5)
+    assert checkpoint_files.size_of(str(tmp_path)) is None
