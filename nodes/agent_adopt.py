@@ -18,7 +18,7 @@ from typing import Any
 
 from nodes import agent_commands, agent_files, agent_launches, cgroups
 from nodes.agent_work import Work, exit_reason
-from nodes.processes import Running, alive, recorded_exit_code
+from nodes.processes import BOOT, Running, recorded_exit_code, same_process, started_ticks
 from nodes.protocol import Exited, Started, new_id
 
 log = logging.getLogger("lattice.agent")
@@ -41,10 +41,13 @@ class Adopting(Work):
                 log.warning("%s: cannot adopt allocation %r from %r: not a saved process", self.state_file,
                             alloc, info)
                 continue
+            if entry.boot and entry.boot != BOOT:  # saved before the node restarted: none of it runs
+                entry.start = None
             if entry.start is not None and not self.simulate and not await self._launched(entry, again):
                 continue
-            # (pid 0 or below is no process of its own: kill() would reach the agent's group, or all)
-            if self.simulate or entry.pid <= 0 or not alive(entry.pid):
+            # (pid 0 or below is no process of its own: kill() would reach the agent's group, or all;
+            # a pid of an earlier boot, or of a process started since, is another's: same_process)
+            if self.simulate or not same_process(entry):
                 code = recorded_exit_code(entry.checkpoint_dir)
                 kept = self.unacked.get(self.latest.get((alloc, entry.run), ""), {})
                 if kept.get("type") != "exited":  # (else its exit was kept before the agent died)
@@ -72,7 +75,7 @@ class Adopting(Work):
         came for it meanwhile."""
         pid = agent_launches.claim(self.workdir, entry.launch)
         if pid is not None:
-            entry.pid, entry.start = pid, None
+            entry.pid, entry.start, entry.since = pid, None, started_ticks(pid)
             await self.report(Started(id=new_id(), allocation=entry.allocation, pid=pid, run=entry.run))
             if entry.signalled:  # the stop that came while it was spawned, which that agent never sent
                 with contextlib.suppress(ProcessLookupError):
@@ -106,7 +109,7 @@ class Adopting(Work):
                 log.exception("%s: could not start allocation %s", self.waiting_file, alloc)
 
     async def _watch_adopted(self, entry: Running) -> None:
-        while alive(entry.pid):
+        while same_process(entry):
             await asyncio.sleep(0.5)
         code = recorded_exit_code(entry.checkpoint_dir)
         await self._gone(entry, code)

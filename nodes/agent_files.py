@@ -69,7 +69,8 @@ def entry_record(entry: Running) -> dict[str, Any]:
             "run": entry.run, **({"cgroup": str(entry.cgroup)} if entry.cgroup else {}),
             **({"signalled": entry.signalled} if entry.signalled else {}),
             **({"launch": entry.launch} if entry.launch else {}),
-            **({"start": entry.start} if entry.start is not None else {})}
+            **({"start": entry.start} if entry.start is not None else {}),
+            **({"boot": entry.boot} if entry.boot else {}), **({"since": entry.since} if entry.since else {})}
 
 
 def saved_entry(alloc: str, info: Any) -> Running:
@@ -84,7 +85,12 @@ def saved_entry(alloc: str, info: Any) -> Running:
                    cgroup=Path(info["cgroup"]) if info.get("cgroup") else None,
                    devices=frozenset(map(str, info.get("devices") or ())), run=_run(info.get("run")),
                    signalled=info.get("signalled") if info.get("signalled") in SIGNALLED else None,
-                   launch=launch, start=start)
+                   launch=launch, start=start, boot=str(info.get("boot") or ""), since=_ticks(info.get("since")))
+
+
+def _ticks(saved: Any) -> int:
+    """A saved start time (``processes.started_ticks``); anything else is taken as not known."""
+    return saved if isinstance(saved, int) and not isinstance(saved, bool) and saved > 0 else 0
 
 
 def _run(saved: Any) -> int:

@@ -18,7 +18,15 @@ from typing import Any
 
 from nodes import agent_files, agent_launches, cgroups, runas
 from nodes.checkpoint_files import CheckpointFiles, done_location, read_plain, size_of
-from nodes.processes import EXIT_FILE, Running, Waiting, device_uuids, recorded_exit_code
+from nodes.processes import (
+    BOOT,
+    EXIT_FILE,
+    Running,
+    Waiting,
+    device_uuids,
+    recorded_exit_code,
+    started_ticks,
+)
 from nodes.protocol import (
     NOT_STARTED,
     CheckpointDone,
@@ -136,7 +144,7 @@ class Work:
             log.warning("not starting %s: %s", alloc, exc)
             await self.report(Exited(id=new_id(), allocation=alloc, exit_code=None, reason=exc.reason, run=run))
             return
-        entry = Running(alloc, checkpoint_dir=ckpt, cgroup=cgroup, devices=devices, run=run, launch=name)
+        entry = Running(alloc, checkpoint_dir=ckpt, cgroup=cgroup, devices=devices, run=run, launch=name, boot=BOOT)
         self.running[alloc] = entry
         if self.simulate:
             entry.task = asyncio.get_running_loop().create_task(self._simulated(entry))
@@ -173,7 +181,7 @@ class Work:
     def _spawned(self, entry: Running, proc: asyncio.subprocess.Process) -> None:
         """``entry``'s process now runs: its pid, its watch, and the stop that came while it was
         being spawned (it had no pid to signal then; pid 0 would have signalled the agent's group)."""
-        entry.pid = proc.pid
+        entry.pid, entry.since = proc.pid, started_ticks(proc.pid)
         if entry.signalled:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL if entry.signalled == "killed" else signal.SIGTERM)

@@ -15,6 +15,16 @@ from nodes.checkpoint_files import read_plain
 EXIT_FILE = ".exit-code"
 
 
+def _stat(pid: int) -> list[str] | None:
+    """``/proc/PID/stat``'s fields from the state on (the name before them may hold spaces and
+    parentheses), or None where there is no such process or no /proc."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -22,10 +32,33 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie is gone for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    fields = _stat(pid)  # a zombie is gone for our purposes
+    return fields is None or fields[0] != "Z"
+
+
+def started_ticks(pid: int) -> int:
+    """When process ``pid`` started, in clock ticks since boot (0: not known). Saved with the pid,
+    so that a pid another process took while the agent was down is not taken for the saved one."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 and fields[19].isdigit() else 0
+
+
+def _boot() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
-        return True
+        return ""
+
+
+BOOT = _boot()  # this boot of the node ("" where not known): no process outlives it
+
+
+def same_process(entry: Running) -> bool:
+    """Whether ``entry``'s saved process still runs: saved in this boot (a reboot ended every
+    process, and their pids are soon others'), alive, and started when the saved one did."""
+    if entry.pid <= 0 or (entry.boot and entry.boot != BOOT) or not alive(entry.pid):
+        return False
+    return not entry.since or started_ticks(entry.pid) == entry.since
 
 
 def recorded_exit_code(ckpt: Path) -> int | None:
@@ -52,6 +85,9 @@ class Running:
     # and, until the agent has recorded that pid, the start frame (a start given up is made again).
     launch: str = ""
     start: dict[str, Any] | None = None
+    # Which process the pid is (same_process): the node's boot it was saved in, its start time.
+    boot: str = ""
+    since: int = 0
 
 
 class Waiting(NamedTuple):
