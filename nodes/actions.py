@@ -236,9 +236,11 @@ def allocation_report(*, node: Node, frame: Frame, now: datetime | None = None) 
         except IntegrityError:
             _same_as_before(node, frame.id, digest)
             return False  # this frame was applied before: acknowledge, change nothing
-        alloc = _placed_here(node, frame.allocation)
+        alloc, placed = _placed_here(node, frame.allocation)
         if of_an_earlier_run(allocation=alloc, node_name=node.name, frame=frame):
             pass  # requeued and started again since: the report says nothing of the run now
+        elif not placed and not isinstance(frame, Exited):
+            pass  # a node it has left (its process there gone): only its late exit still counts
         elif isinstance(frame, Started):
             if alloc.state in HOLDING:  # a late start of a run since suspended or requeued: nothing to say
                 _started_row(alloc, node, frame.pid)
@@ -306,17 +308,17 @@ MORE = " and more nodes"
 REASON_MAX = AllocationEvent._meta.get_field("reason").max_length or 255
 
 
-def _placed_here(node: Node, alloc_id: str) -> Allocation:
-    """The allocation, if it is (or was, for a late exit) placed on this node; else refused."""
+def _placed_here(node: Node, alloc_id: str) -> tuple[Allocation, bool]:
+    """The allocation, if it is (or was, for a late exit) placed on this node, and whether it is now."""
     if not is_allocation_id(alloc_id):  # the parser refuses these; an action is called by others too
         raise FrameRefused("NOT_ON_THIS_NODE", f"allocation {alloc_id} is not placed on {node.name}")
     alloc = Allocation.objects.filter(pk=int(alloc_id)).first()
     if alloc is None:
         raise FrameRefused("NOT_ON_THIS_NODE", f"allocation {alloc_id} is not placed on {node.name}")
-    here = node.name in (alloc.ran_on or []) or Placement.objects.filter(allocation=alloc, node=node).exists()
-    if not here:
+    placed = Placement.objects.filter(allocation=alloc, node=node).exists()
+    if not placed and node.name not in (alloc.ran_on or []):
         raise FrameRefused("NOT_ON_THIS_NODE", f"allocation {alloc_id} is not placed on {node.name}")
-    return alloc
+    return alloc, placed
 
 
 # -- liveness and node operations -------------------------------------------------------------

@@ -750,3 +750,40 @@ def test_a_report_with_a_key_given_twice_is_refused_and_changes_nothing(agent_no
     assert ok == {"type": "ack", "id": "after"}  # the connection stays
     alloc.refresh_from_db()
     assert alloc.state == "running"
+
+
+@pytest.mark.parametrize("frame", [
+    {"type": "checkpoint_done", "ok": True, "location": "s3://elsewhere/ckpt"},
+    {"type": "checkpoint_done", "ok": False, "error": "no"},
+    {"type": "defer", "seconds": 300},
+    {"type": "checkpoint_progress", "percent": 50},
+    {"type": "started", "pid": 66},
+])
+def test_a_node_the_work_has_left_reports_nothing_but_its_exit(agent_node, resource_group, vcluster_hpc,
+                                                                 make_allocation, frame):
+    """Work of two nodes checkpoints on gpu-b; gpu-a, whose process completed, was freed. gpu-a's
+    agent is acknowledged (it named work that ran there) but cannot end, fail, defer or start the
+    work now on another node: before, it could suspend it with a location of its choosing."""
+    node, token = agent_node
+    other = Node.objects.create(name="gpu-b", resource_group=resource_group, vcluster=vcluster_hpc, gpu=8,
+                                state="ready")
+    deadline = timezone.now() + timezone.timedelta(minutes=5)
+    alloc = make_allocation(state="checkpointing", node_count=2, per_node_gpu=8, preemption_class=1,
+                            checkpoint="auto", vcluster=vcluster_hpc, started_at=timezone.now(),
+                            ran_on=[node.name, other.name], run=1, deadline_at=deadline,
+                            checkpoint_started_at=timezone.now())
+    Placement.objects.create(allocation=alloc, node=other, gpu=8)
+    before = AllocationEvent.objects.filter(allocation=alloc).count()
+
+    async def scenario():
+        comm = _comm(token)
+        await comm.connect(timeout=10)
+        reply = await _send(comm, {**frame, "id": "r1", "allocation": str(alloc.pk)})
+        await comm.disconnect()
+        return reply
+
+    assert run(scenario) == {"type": "ack", "id": "r1"}
+    alloc.refresh_from_db()
+    assert (alloc.state, alloc.checkpoint_location, alloc.deadline_at) == ("checkpointing", "", deadline)
+    assert alloc.checkpoint_progress_at is None
+    assert AllocationEvent.objects.filter(allocation=alloc).count() == before
