@@ -6,9 +6,9 @@ a socket gets at most one frame per ``COALESCE_S``, ``{"kind": "events",
 "events": [...]}`` in the order they happened. An event after a quiet spell goes
 out at once; only a burst waits, and then as one frame.
 
-Access is not settled once at connect: after a logout, a removal from a tenant or a deactivation,
-the socket re-checks its session and tenants (see live_access.py) and drops the groups the user
-may no longer hear, or closes with 4401 once the session no longer holds the user.
+Access is not settled once at connect: after a logout, a removal from a tenant, a deactivation or
+a deletion, the socket re-checks its session and tenants (see live_access.py) and drops the groups
+the user may no longer hear, or closes with 4401 once the session no longer holds the user.
 
 The feed is one-way: a frame from the browser, JSON or not, is ignored and never closes it.
 """

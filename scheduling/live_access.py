@@ -1,7 +1,7 @@
 """Who may still hear the live feed: a socket's access is re-checked when it may have changed.
 
-A logout, a membership removed or moved, or a user deactivated tells that user's sockets (through
-the channel layer, so in every process) to re-check at once; see LiveConsumer.live_recheck. The
+A logout, a membership removed or moved, or a user deactivated or deleted tells that user's sockets
+(through the channel layer, so in every process) to re-check at once; see LiveConsumer.live_recheck. The
 consumer also re-checks on its own every ``RECHECK_S`` while events flow, for what no signal
 announces (a session that expired or was deleted)."""
 
@@ -61,3 +61,8 @@ def _membership_changed(sender: Any, instance: Membership, **kwargs: Any) -> Non
 def _user_saved(sender: Any, instance: Any, created: bool = False, **kwargs: Any) -> None:
     if not created and set(kwargs.get("update_fields") or ()) != {"last_login"}:  # (every login saves that)
         live_recheck_on_commit(instance.pk)
+
+
+@receiver(post_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="lattice-live-user-deleted")
+def _user_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    live_recheck_on_commit(instance.pk)  # (an operator has no membership whose deletion would tell it)

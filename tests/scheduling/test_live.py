@@ -267,3 +267,19 @@ def test_a_member_still_hears_its_tenant_after_logging_in_elsewhere(client, tena
     client.force_login(alice)
     got = _closed_after(client, tenant_physics, lambda: Client().login(username="alice", password="pw-alice-123"))
     assert got["type"] == "websocket.send" and '"events"' in got["text"]
+
+
+def test_a_deleted_operator_stops_hearing_the_feed(client, operator, django_user_model):
+    """An operator belongs to no tenant, so no membership's deletion tells its sockets: the user's own
+    deletion does. Before, the feed went on for up to RECHECK_S after it."""
+    client.force_login(operator)
+
+    async def scenario() -> dict:
+        comm = _comm(client)
+        assert (await comm.connect(timeout=10))[0]
+        await comm.receive_json_from(timeout=5)  # hello
+        await database_sync_to_async(django_user_model.objects.filter(pk=operator.pk).delete)()
+        await database_sync_to_async(event_on_commit)("y", {"n": 2}, None)  # an operators' event
+        return await comm.receive_output(timeout=5)
+
+    assert async_to_sync(scenario)() == {"type": "websocket.close", "code": 4401}
