@@ -787,3 +787,35 @@ def test_a_node_the_work_has_left_reports_nothing_but_its_exit(agent_node, resou
     assert (alloc.state, alloc.checkpoint_location, alloc.deadline_at) == ("checkpointing", "", deadline)
     assert alloc.checkpoint_progress_at is None
     assert AllocationEvent.objects.filter(allocation=alloc).count() == before
+
+
+def test_a_deleted_node_s_agent_is_closed_and_a_node_made_again_under_its_name_keeps_its_own(
+        agent_node, resource_group, vcluster_hpc):
+    """The node is deleted and made again under its name (a host re-provisioned), with a token for
+    its new agent. The deleted node's connection is closed with 4401 (its tokens went with it) and
+    the new agent's stays, and hears its node's commands. Before, the old connection stayed and,
+    counted the newer, sent the new agent away with 4409."""
+    node, old_token = agent_node
+    Node.objects.filter(pk=node.pk).update(agent_connections=5)
+
+    def made_again() -> str:
+        Node.objects.filter(pk=node.pk).delete()
+        again = Node.objects.create(name=node.name, resource_group=resource_group, vcluster=vcluster_hpc, gpu=8,
+                                    state="ready")
+        return agent_token_issue(node=again)
+
+    async def scenario():
+        old = _comm(old_token)
+        assert (await old.connect(timeout=10))[0]
+        new = _comm(await database_sync_to_async(made_again)())
+        assert (await new.connect(timeout=10))[0]
+        closed = await old.receive_output(timeout=5)
+        await get_channel_layer().group_send(f"agent.{node.name}", {"type": "agent.command",
+                                                                    "frame": {"type": "kill", "allocation": "7"}})
+        heard = await new.receive_output(timeout=5)
+        await new.disconnect()
+        return closed, heard
+
+    closed, heard = run(scenario)
+    assert closed == {"type": "websocket.close", "code": 4401}
+    assert heard["type"] == "websocket.send" and json.loads(heard["text"]) == {"type": "kill", "allocation": "7"}
