@@ -45,6 +45,13 @@ class NodeAdmin(StaysInItsGroup):
     readonly_fields = ["state", "borrowed_by", "last_heartbeat_at", "last_seq", "agent_version", "gpu_healthy", "devices_reported_at",
                        "device_mismatch", "cgroups", "cgroups_note", "gpu_health", "health_reason"]
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        # Named when added, never after: the name is its agents' channel-layer group and how
+        # allocations' ``ran_on`` and history name it. Renamed, its connected agent heard none of
+        # its commands, and a node added under the old name had its commands sent to that agent.
+        fields = list(super().get_readonly_fields(request, obj))
+        return [*fields, "name"] if obj is not None else fields
+
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
         if change and set(form.changed_data) & set(THRESHOLDS):  # judged again under the new thresholds

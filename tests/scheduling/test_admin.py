@@ -159,3 +159,19 @@ def test_a_node_s_capacity_is_not_lowered_below_what_its_live_work_holds(admin_c
     running.save(update_fields=["state"])
     assert client.post(url, form).status_code == 302  # its work has left
     assert Node.objects.get(pk=node.pk).gpu == 4
+
+
+def test_a_node_is_named_when_added_never_after(admin_client_op, two_nodes):
+    """Its name is its agents' channel-layer group: renamed, its connected agent heard none of its
+    commands, and a node added under the old name had its commands sent to that agent."""
+    from nodes.models import Node
+
+    client, _ = admin_client_op
+    node = two_nodes[0]
+    form = {"name": "gpu-z", "vcluster": node.vcluster_id, "gpu": 8, "cpu": 64, "memory": 512,
+            "labels": '{"switch": "s1"}', "gpu_max_temperature_c": 90, "gpu_max_ecc_uncorrectable": 0,
+            "gpu_xids": "", "change_reason": "re-labelled"}
+    assert client.post(f"/admin/nodes/node/{node.pk}/change/", form).status_code == 302
+    assert Node.objects.get(pk=node.pk).name == node.name
+    assert client.post("/admin/nodes/node/add/", {**form, "resource_group": node.resource_group_id}).status_code == 302
+    assert Node.objects.filter(name="gpu-z").exists()  # named when added
