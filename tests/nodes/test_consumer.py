@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from lattice_site.asgi import application
 from nodes.actions import agent_token_issue
-from nodes.models import Node, NodeState
+from nodes.models import AgentToken, Node, NodeState
 from scheduling.models import Allocation, AllocationEvent, Placement
 from scheduling.passes.run import schedule_pass
 
@@ -819,3 +819,31 @@ def test_a_deleted_node_s_agent_is_closed_and_a_node_made_again_under_its_name_k
     closed, heard = run(scenario)
     assert closed == {"type": "websocket.close", "code": 4401}
     assert heard["type"] == "websocket.send" and json.loads(heard["text"]) == {"type": "kill", "allocation": "7"}
+
+
+@pytest.mark.parametrize("how", ["revoked", "deleted"])
+def test_a_token_revoked_or_deleted_in_the_admin_closes_its_connection(agent_node, how):
+    """The admin saves or deletes the token row (not through the token actions): the connection it
+    authenticated is closed with 4401 all the same, and one made with another token of the node stays.
+    Before, both stayed open."""
+    node, token = agent_node
+    other = agent_token_issue(node=node)
+    spare = agent_token_issue(node=node)
+
+    def take_away(which: str) -> None:
+        record = AgentToken.lookup(which)
+        if how == "revoked":
+            record.revoked_at = timezone.now()
+            record.save()
+        else:
+            record.delete()
+
+    async def scenario():
+        kept = _comm(other)
+        assert (await kept.connect(timeout=10))[0]
+        await database_sync_to_async(take_away)(spare)
+        stays = await kept.receive_nothing(timeout=0.5)
+        await database_sync_to_async(take_away)(other)
+        return stays, await kept.receive_output(timeout=5)
+
+    assert run(scenario) == (True, {"type": "websocket.close", "code": 4401})
