@@ -76,6 +76,7 @@ class Agent(Adopting):
         self.sim_seconds = sim_seconds
         self.running: dict[str, Running] = {}
         self.waiting: dict[str, Waiting] = {}
+        self.restoring: dict[str, Any] = {}
         self.unacked: dict[str, dict[str, Any]] = {}  # frame id -> frame, until acknowledged
         # (allocation, run) -> id of its latest unacknowledged frame: one run's report never
         # replaces another's (an earlier run's exit, which the control plane ignores, would hide it)

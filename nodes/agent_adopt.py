@@ -64,8 +64,9 @@ class Adopting(Work):
                 # would wait for ever: killed once a grace has passed from now.
                 asyncio.get_running_loop().create_task(self._kill_after(alloc, agent_commands.DEFAULT_GRACE_S))
         agent_launches.sweep(self.workdir, (e.launch for e in self.running.values()))
+        self.restoring = {**again, **waiting}  # (saved with the waiting starts until each is made)
         self._save()
-        await self._restore_waiting({**again, **waiting})
+        await self._restore_waiting()
 
     async def _launched(self, entry: Running, again: dict[str, Any]) -> bool:
         """``entry`` was saved before its spawn, never with its pid (the agent died in between):
@@ -90,12 +91,13 @@ class Adopting(Work):
             again[entry.allocation] = entry.start
         return False
 
-    async def _restore_waiting(self, waiting: dict[str, Any]) -> None:
+    async def _restore_waiting(self) -> None:
         """The starts a previous run of this agent had waiting (``adopt``): each waits again for
         what still holds its GPUs, or starts. One that fails is logged and the others go on, as a
         frame the agent cannot act on is: the agent is starting, and its saved waits are not all
         saved again yet."""
-        for alloc, frame in waiting.items():
+        for alloc, frame in list(self.restoring.items()):
+            del self.restoring[alloc]  # (on disk until the next save: then running, waiting, or reported)
             try:  # checked again as it was when it came: the file may have been edited or damaged
                 frame = agent_commands.command(json.dumps(frame))
             except agent_commands.Ignored as exc:
@@ -107,6 +109,7 @@ class Adopting(Work):
                 await self._start(frame)
             except Exception:
                 log.exception("%s: could not start allocation %s", self.waiting_file, alloc)
+        self._save()  # (what was refused or already runs leaves the waits now)
 
     async def _watch_adopted(self, entry: Running) -> None:
         while same_process(entry):

@@ -50,6 +50,9 @@ class Work:
     # Starts waiting for a stopping process to leave their GPUs (allocation -> the waiting task):
     # listed at hello, and dropped by a terminate or kill of their allocation.
     waiting: dict[str, Waiting]
+    # Starts a restarted agent has still to make again or put back to wait (nodes/agent_adopt.py):
+    # saved with the waiting ones meanwhile, so an agent killed before it made them loses none.
+    restoring: dict[str, Any]
     state_file: Path
     limiter: cgroups.Limiter | None
 
@@ -79,7 +82,8 @@ class Work:
         spawned) is in one file or both at every moment, never in neither."""
         data = {a: agent_files.entry_record(r) for a, r in self.running.items()}
         agent_files.write_private(self.state_file, data)
-        agent_files.write_private(self.waiting_file, {a: w.frame for a, w in self.waiting.items()})
+        agent_files.write_private(self.waiting_file,
+                                  {**self.restoring, **{a: w.frame for a, w in self.waiting.items()}})
 
     @property
     def waiting_file(self) -> Path:

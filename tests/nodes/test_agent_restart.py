@@ -299,3 +299,35 @@ def test_a_damaged_or_edited_reports_file_is_left_out_not_fatal(tmp_path, caplog
     assert "left out" in caplog.text
     (tmp_path / "agent-reports.json").write_text("{not json")
     assert asyncio.run(agent_restarted()) == []
+
+
+def test_starts_to_make_again_stay_saved_until_each_is_made(tmp_path, monkeypatch):
+    """A restarted agent saves what it took back before it makes its saved starts again: those
+    starts must still be on disk then (in agent-waiting.json), or an agent killed in between would
+    lose them; before, that save emptied the waiting file."""
+    from nodes.agent_adopt import Adopting
+
+    waiting = {"8": _start("8", "import time; time.sleep(60)")}
+    (tmp_path / "agent-waiting.json").write_text(json.dumps(waiting))
+    on_disk: list[dict] = []
+    restore = Adopting._restore_waiting
+
+    async def looked_at_first(self) -> None:
+        on_disk.append(json.loads((tmp_path / "agent-waiting.json").read_text()))
+        await restore(self)
+
+    monkeypatch.setattr(Adopting, "_restore_waiting", looked_at_first)
+
+    async def restarted() -> dict:
+        agent = Agent("ws://unused/", "token", tmp_path, simulate=False)
+        agent.ws = Recorder()
+        await agent.adopt()
+        pid = agent.running["8"].pid
+        with contextlib.suppress(ProcessLookupError):
+            if pid > 0:  # (its own process group: never 0, which would be this test's)
+                os.killpg(pid, 9)
+        return json.loads((tmp_path / "agent-waiting.json").read_text())
+
+    after = asyncio.run(restarted())
+    assert on_disk == [waiting]  # kept while the start was still to be made
+    assert after == {}  # made: it runs now, and waits no more
