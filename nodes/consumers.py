@@ -155,7 +155,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
     async def agent_replaced(self, message: dict[str, Any]) -> None:
         """Another connection of the node announced itself: this one leaves if that one is newer;
         if it is older, it is told to leave (it may have announced itself before this one joined)."""
-        if message["by"] == self.channel_name:
+        if message["by"] == self.channel_name or self.closing:  # (a closing one contests nothing)
             return
         if list(message.get("since") or [0, ""]) > self.since:
             await self._close(CLOSE_REPLACED)

@@ -808,8 +808,8 @@ def test_a_deleted_node_s_agent_is_closed_and_a_node_made_again_under_its_name_k
         old = _comm(old_token)
         assert (await old.connect(timeout=10))[0]
         new = _comm(await database_sync_to_async(made_again)())
+        closed = await old.receive_output(timeout=5)  # (before the new agent comes: no race for the name)
         assert (await new.connect(timeout=10))[0]
-        closed = await old.receive_output(timeout=5)
         await get_channel_layer().group_send(f"agent.{node.name}", {"type": "agent.command",
                                                                     "frame": {"type": "kill", "allocation": "7"}})
         heard = await new.receive_output(timeout=5)
